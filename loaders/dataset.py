@@ -1,0 +1,107 @@
+"""``TokenDataset``: a torch IterableDataset over a Shardflow dataset."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from loaders import plan
+from loaders.reader import RowGroupIndex, TokenReader
+from storage import Manifest, read_manifest
+
+
+def _dist_rank_world() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+class TokenDataset(IterableDataset):
+    """Fixed-length training windows streamed from a dataset's shards.
+
+    Yields ``{"input_ids": LongTensor[seq_len], "labels": LongTensor[seq_len]}`` (labels are the
+    inputs shifted by one). See :mod:`loaders.plan` for the windows, the order and the split.
+    ``batch_size`` only decides how samples are dealt to DataLoader workers (whole batches,
+    round-robin) so that the order a rank sees does not depend on ``num_workers``;
+    ``build_dataloader`` sets it.
+    """
+
+    def __init__(self, url: str, seq_len: int, *, seed: int = 0, shuffle: bool = True,
+                 rank: int | None = None, world_size: int | None = None,
+                 storage_options: dict[str, Any] | None = None, batch_size: int = 1,
+                 return_sample_id: bool = False, manifest: Manifest | None = None) -> None:
+        super().__init__()
+        if seq_len < 1:
+            raise ValueError(f"seq_len must be >= 1, got {seq_len}")
+        if (rank is None) != (world_size is None):
+            raise ValueError("give both rank and world_size, or neither")
+        self.url = url
+        self.seq_len = seq_len
+        self.seed = seed
+        self.shuffle = shuffle
+        self.storage_options = storage_options
+        self.batch_size = batch_size
+        self.return_sample_id = return_sample_id
+        self._rank, self._world_size = rank, world_size
+        self.manifest = manifest or read_manifest(url, storage_options)
+        self.index = RowGroupIndex(self.manifest)
+        self.n_samples = plan.num_samples(self.index.total_tokens, seq_len)
+        mean_group = self.index.total_tokens / max(len(self.index), 1)
+        self.block = plan.block_size(mean_group, seq_len)
+        self.epoch = 0
+        self._reader: TokenReader | None = None
+
+    @property
+    def rank(self) -> int:
+        return self._rank if self._rank is not None else _dist_rank_world()[0]
+
+    @property
+    def world_size(self) -> int:
+        return self._world_size if self._world_size is not None else _dist_rank_world()[1]
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose order the next iteration follows (call on every rank)."""
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        """Samples this rank yields per epoch (the same on every rank)."""
+        return plan.samples_per_rank(self.n_samples, self.world_size)
+
+    @property
+    def padding(self) -> int:
+        """Samples repeated per epoch so that every rank gets as many as the others."""
+        return len(self) * self.world_size - self.n_samples
+
+    def rank_order(self) -> np.ndarray:
+        order = plan.epoch_order(self.n_samples, self.block, self.seed, self.epoch, self.shuffle)
+        return plan.rank_slice(order, self.rank, self.world_size)
+
+    def _my_samples(self) -> np.ndarray:
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        return plan.worker_slice(self.rank_order(), worker, workers, self.batch_size)
+
+    @property
+    def reader(self) -> TokenReader:
+        if self._reader is None:
+            self._reader = TokenReader(self.url, self.storage_options, self.index)
+        return self._reader
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        reader = self.reader
+        for sample in self._my_samples():
+            start, stop = plan.sample_span(int(sample), self.seq_len)
+            window = torch.from_numpy(reader.tokens(start, stop).astype(np.int64))
+            item = {"input_ids": window[:-1], "labels": window[1:]}
+            if self.return_sample_id:
+                item["sample_id"] = torch.tensor(int(sample))
+            yield item
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_reader"] = None  # open files and caches stay in the process that made them
+        return state

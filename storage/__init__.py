@@ -1,0 +1,32 @@
+"""Storage: URLs, the dataset layout and manifest, checksums. Imports nothing of ours."""
+
+from storage.checksums import digest_bytes, digest_stream
+from storage.layout import (
+    MANIFEST,
+    QUARANTINE_DIR,
+    SHARDS_DIR,
+    TOKENIZER,
+    UnsafePathError,
+    quarantine_name,
+    safe_relative,
+    shard_name,
+)
+from storage.manifest import (
+    DatasetNotFoundError,
+    Manifest,
+    ManifestError,
+    RowGroupInfo,
+    ShardInfo,
+    TokenizerInfo,
+    read_manifest,
+    write_atomic,
+    write_manifest,
+)
+from storage.urls import Location, redact, resolve
+
+__all__ = [
+    "MANIFEST", "QUARANTINE_DIR", "SHARDS_DIR", "TOKENIZER", "DatasetNotFoundError", "Location",
+    "Manifest", "ManifestError", "RowGroupInfo", "ShardInfo", "TokenizerInfo", "UnsafePathError",
+    "digest_bytes", "digest_stream", "quarantine_name", "read_manifest", "redact", "resolve",
+    "safe_relative", "shard_name", "write_atomic", "write_manifest",
+]

@@ -1,0 +1,102 @@
+"""Resolve dataset URLs to fsspec filesystems.
+
+Every byte Shardflow reads or writes goes through here, so that local paths, ``s3://`` and any
+other fsspec protocol behave the same and S3 settings come from one place: explicit storage
+options first, then the standard AWS environment variables.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import fsspec
+from fsspec.core import split_protocol
+from fsspec.implementations.local import LocalFileSystem
+
+#: Option keys whose values are secrets: never logged, never written to a manifest.
+SECRET_KEYS = frozenset({"secret", "key", "token", "aws_secret_access_key", "session_token",
+                         "aws_session_token", "password"})
+
+
+@dataclass(frozen=True)
+class Location:
+    """A directory-like place on some filesystem: ``fs`` plus the protocol-less ``root``."""
+
+    url: str
+    fs: Any = field(repr=False, compare=False)
+    root: str
+
+    def path(self, relative: str) -> str:
+        """Path of ``relative`` under the root, in the filesystem's own notation."""
+        if not relative:
+            return self.root
+        return f"{self.root.rstrip('/')}/{relative.lstrip('/')}"
+
+    def child_url(self, relative: str) -> str:
+        return f"{self.url.rstrip('/')}/{relative.lstrip('/')}"
+
+    @property
+    def is_local(self) -> bool:
+        return isinstance(self.fs, LocalFileSystem)
+
+
+def s3_options_from_env(env: os._Environ[str] | dict[str, str] | None = None) -> dict[str, Any]:
+    """S3 options from the standard AWS variables, for endpoints that botocore would not find.
+
+    botocore already reads ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_PROFILE`` on its
+    own; we only add the endpoint (``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``) and region so
+    that a loopback MinIO/SeaweedFS server works with nothing but environment variables.
+    """
+    env = os.environ if env is None else env
+    opts: dict[str, Any] = {}
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    client_kwargs: dict[str, Any] = {}
+    if endpoint:
+        client_kwargs["endpoint_url"] = endpoint
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    if region:
+        client_kwargs["region_name"] = region
+    if client_kwargs:
+        opts["client_kwargs"] = client_kwargs
+    return opts
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def resolve(url: str, storage_options: dict[str, Any] | None = None) -> Location:
+    """Turn a URL (or plain path) plus options into a :class:`Location`."""
+    protocol, _ = split_protocol(url)
+    protocol = protocol or "file"
+    options = dict(storage_options or {})
+    if protocol in ("s3", "s3a"):
+        options = _merge(s3_options_from_env(), options)
+    fs, root = fsspec.core.url_to_fs(url, **options)
+    if isinstance(fs, LocalFileSystem):
+        root = os.path.abspath(root)
+        url = root
+    return Location(url=url.rstrip("/") or url, fs=fs, root=root.rstrip("/") or root)
+
+
+def redact(options: dict[str, Any] | None) -> dict[str, Any]:
+    """A copy of storage options that is safe to print: secret values replaced by ``***``."""
+    if not options:
+        return {}
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        if isinstance(value, dict):
+            out[key] = redact(value)
+        elif key.lower() in SECRET_KEYS:
+            out[key] = "***"
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,78 @@
+"""Property tests of the pure sample plan."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loaders import plan
+
+sizes = st.integers(min_value=0, max_value=3000)
+blocks = st.integers(min_value=1, max_value=64)
+worlds = st.integers(min_value=1, max_value=8)
+seeds = st.integers(min_value=0, max_value=2**32 - 1)
+
+
+@given(sizes, blocks, seeds, st.integers(0, 100), st.booleans())
+def test_epoch_order_is_a_permutation_and_deterministic(n, block, seed, epoch, shuffle) -> None:
+    order = plan.epoch_order(n, block, seed, epoch, shuffle)
+    assert sorted(order.tolist()) == list(range(n))
+    assert np.array_equal(order, plan.epoch_order(n, block, seed, epoch, shuffle))
+
+
+@given(st.integers(200, 3000), blocks, seeds, st.integers(0, 100))
+def test_each_epoch_has_a_new_order(n, block, seed, epoch) -> None:
+    a = plan.epoch_order(n, block, seed, epoch)
+    b = plan.epoch_order(n, block, seed, epoch + 1)
+    assert not np.array_equal(a, b)
+
+
+@settings(max_examples=200)
+@given(sizes, blocks, seeds, worlds, st.integers(0, 4), st.integers(1, 16))
+def test_ranks_and_workers_cover_every_sample_once_apart_from_padding(
+        n, block, seed, world, workers, batch) -> None:
+    order = plan.epoch_order(n, block, seed, 0)
+    per_rank = plan.samples_per_rank(n, world)
+    pad = per_rank * world - n
+    assert 0 <= pad < world
+    seen: list[int] = []
+    for rank in range(world):
+        mine = plan.rank_slice(order, rank, world)
+        assert len(mine) == per_rank  # equal counts: no DDP hang at the end of an epoch
+        from_workers = [plan.worker_slice(mine, w, workers, batch) for w in range(max(workers, 1))]
+        assert sorted(np.concatenate(from_workers).tolist()) == sorted(mine.tolist())
+        seen += mine.tolist()
+    counts = np.bincount(np.array(seen, dtype=np.int64), minlength=n) if n else np.array([])
+    assert (counts >= 1).all()
+    assert int((counts - 1).sum()) == pad  # only the documented padding repeats
+
+
+@given(sizes, blocks, worlds, st.integers(1, 4), st.integers(1, 16))
+def test_worker_batches_interleave_back_into_rank_order(n, block, world, workers, batch) -> None:
+    """The DataLoader collects batch k from worker k % W: that must rebuild the rank's order."""
+    mine = plan.rank_slice(plan.epoch_order(n, block, 7, 3), world - 1, world)
+    per_worker = [list(plan.worker_slice(mine, w, workers, batch)) for w in range(workers)]
+    rebuilt: list[int] = []
+    k = 0
+    while any(per_worker):
+        chunk = per_worker[k % workers][:batch]
+        del per_worker[k % workers][:batch]
+        rebuilt += chunk
+        k += 1
+    assert rebuilt == mine.tolist()
+
+
+def test_ranks_read_mostly_disjoint_blocks() -> None:
+    n, block, world = 10_000, 50, 4
+    order = plan.epoch_order(n, block, seed=1, epoch=0)
+    owners = [set((plan.rank_slice(order, r, world) // block).tolist()) for r in range(world)]
+    shared = sum(len(owners[a] & owners[b]) for a in range(world) for b in range(a + 1, world))
+    # Only the shuffle windows (4 blocks) cut by one of the world - 1 rank boundaries are shared.
+    assert shared <= (world - 1) * 4 < n // block // 10
+
+
+def test_sample_spans_tile_the_stream() -> None:
+    assert plan.sample_span(0, 4) == (0, 5)
+    assert plan.sample_span(3, 4) == (15, 20)
+    assert plan.num_samples(24, 4) == 4  # 4 tokens of remainder are not used

@@ -1,0 +1,66 @@
+"""The CLI as users meet it: --help, run (with its dashboard serving), inspect, errors."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import shakespeare_texts
+
+
+def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("sub", ["run", "inspect"])
+def test_help(sub: str) -> None:
+    out = _cli(sub, "--help")
+    assert out.returncode == 0
+    assert "usage: python -m pipeline" in out.stdout
+
+
+def test_inspect_prints_summary(tiny_dataset: str) -> None:
+    out = _cli("inspect", tiny_dataset)
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"tokens\s+[\d,]{7,}", out.stdout)
+    assert "gpt2 (vocab 50257" in out.stdout
+
+
+def test_inspect_missing_dataset_is_a_clear_error(tmp_path: Path) -> None:
+    out = _cli("inspect", str(tmp_path))
+    assert out.returncode == 2
+    assert "manifest.json is missing" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_dashboard_link_serves_while_the_run_goes(tmp_path: Path) -> None:
+    """Start a run, read the dashboard link it prints, and fetch /status before it ends."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "run", str(shakespeare_texts() / "*.txt"),
+         "--output", str(tmp_path / "ds"), "--workers", "1", "--dashboard-address",
+         "127.0.0.1:0"], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        link = None
+        deadline = time.monotonic() + 60
+        assert proc.stderr is not None
+        while link is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            assert line, "the run ended before printing a dashboard link"
+            found = re.search(r"dashboard (http://127\.0\.0\.1:\d+/status)", line)
+            link = found.group(1) if found else None
+        assert link, "no dashboard link printed"
+        with urllib.request.urlopen(link, timeout=20) as resp:
+            body = resp.read().decode()
+        assert resp.status == 200 and "Dask" in body
+        assert proc.poll() is None, "the run had already finished: the fetch proved nothing"
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err
+        assert "tokens/s" in out
+    finally:
+        proc.kill()

@@ -1,0 +1,37 @@
+import io
+
+import numpy as np
+import pyarrow.parquet as pq
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipeline.shards import encode_shard, row_group_bounds
+
+
+@given(st.lists(st.integers(min_value=1, max_value=500), max_size=200),
+       st.integers(min_value=1, max_value=2000))
+def test_row_groups_cover_documents_in_order(counts: list[int], target: int) -> None:
+    bounds = row_group_bounds(counts, target)
+    assert [i for lo, hi in bounds for i in range(lo, hi)] == list(range(len(counts)))
+    for lo, hi in bounds[:-1]:
+        assert sum(counts[lo:hi]) >= target
+        assert sum(counts[lo:hi - 1]) < target  # closes as soon as it reaches the target
+
+
+def test_encode_shard_is_deterministic_and_readable() -> None:
+    rng = np.random.default_rng(0)
+    ids = [rng.integers(0, 50000, size=n, dtype=np.int32) for n in rng.integers(1, 300, 50)]
+    doc_ids = [f"f.txt:{i}" for i in range(50)]
+    data1, groups = encode_shard(doc_ids, ids, 1000)
+    data2, _ = encode_shard(doc_ids, ids, 1000)
+    assert data1 == data2
+    pf = pq.ParquetFile(io.BytesIO(data1))
+    assert pf.num_row_groups == len(groups) > 1
+    assert pf.metadata.row_group(0).column(1).compression == "ZSTD"
+    table = pf.read()
+    assert table.column("doc_id").to_pylist() == doc_ids
+    got = table.column("input_ids").to_pylist()
+    assert all(list(a) == b for a, b in zip(ids, got, strict=True))
+    assert [g.tokens for g in groups] == [
+        sum(len(ids[i]) for i in range(lo, lo + g.rows))
+        for lo, g in zip(np.cumsum([0] + [g.rows for g in groups])[:-1], groups, strict=True)]
