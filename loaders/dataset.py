@@ -11,7 +11,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from loaders import plan
 from loaders.reader import RowGroupIndex, TokenReader
-from storage import Manifest, read_manifest
+from storage import Manifest, ReplicaSet
 
 
 def _dist_rank_world() -> tuple[int, int]:
@@ -33,7 +33,9 @@ class TokenDataset(IterableDataset):
     def __init__(self, url: str, seq_len: int, *, seed: int = 0, shuffle: bool = True,
                  rank: int | None = None, world_size: int | None = None,
                  storage_options: dict[str, Any] | None = None, batch_size: int = 1,
-                 return_sample_id: bool = False, manifest: Manifest | None = None) -> None:
+                 return_sample_id: bool = False, manifest: Manifest | None = None,
+                 replicas: list[str] | None = None,
+                 replica_options: list[dict[str, Any] | None] | None = None) -> None:
         super().__init__()
         if seq_len < 1:
             raise ValueError(f"seq_len must be >= 1, got {seq_len}")
@@ -47,7 +49,11 @@ class TokenDataset(IterableDataset):
         self.batch_size = batch_size
         self.return_sample_id = return_sample_id
         self._rank, self._world_size = rank, world_size
-        self.manifest = manifest or read_manifest(url, storage_options)
+        # All reads go through the replica set: the first URL is preferred, the others are
+        # failover copies (each may have its own storage options: endpoint, credentials).
+        urls = [url, *(replicas or [])]
+        self.store = ReplicaSet.from_urls(urls, storage_options, replica_options)
+        self.manifest = manifest or self.store.read_manifest()
         self.index = RowGroupIndex(self.manifest)
         self.n_samples = plan.num_samples(self.index.total_tokens, seq_len)
         mean_group = self.index.total_tokens / max(len(self.index), 1)
@@ -88,7 +94,7 @@ class TokenDataset(IterableDataset):
     @property
     def reader(self) -> TokenReader:
         if self._reader is None:
-            self._reader = TokenReader(self.url, self.storage_options, self.index)
+            self._reader = TokenReader(self.store, self.index)
         return self._reader
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:

@@ -6,6 +6,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from storage import ReplicaSet
+
 DEFAULT_OUTPUT = "data/shakespeare"
 
 
@@ -21,6 +23,16 @@ class PipelineConfig:
     row_group_tokens: int = 256 * 1024
     encode_batch_docs: int = 1024
     storage_options: dict[str, Any] = field(default_factory=dict, repr=False)
+    replicas: list[str] = field(default_factory=list)
+    write_quorum: int | None = None
+    replica_options: list[dict[str, Any] | None] | None = field(default=None, repr=False)
+
+    def output_store(self) -> ReplicaSet:
+        """Where the dataset goes: ``output`` first, then each ``--replica``."""
+        urls = [self.output, *self.replicas]
+        options = self.replica_options or [None] * len(urls)
+        return ReplicaSet.from_urls(urls, self.storage_options, options,
+                                    write_quorum=self.write_quorum)
 
     @property
     def n_workers(self) -> int:
@@ -33,6 +45,7 @@ class PipelineConfig:
         scheduler (they never change the result), and never storage options (credentials).
         """
         d = asdict(self)
-        for key in ("output", "workers", "scheduler", "dashboard_address", "storage_options"):
+        for key in ("output", "workers", "scheduler", "dashboard_address", "storage_options",
+                    "replicas", "write_quorum", "replica_options"):
             d.pop(key)
         return d

@@ -17,15 +17,7 @@ from pipeline.progress import ProgressBar
 from pipeline.shards import SCHEMA_DESCRIPTION
 from pipeline.sources import default_corpus, discover
 from pipeline.stages import PartitionResult, process_partition
-from storage import (
-    MANIFEST,
-    TOKENIZER,
-    Manifest,
-    TokenizerInfo,
-    resolve,
-    write_atomic,
-    write_manifest,
-)
+from storage import MANIFEST, TOKENIZER, Manifest, TokenizerInfo, display_url
 
 
 @dataclass
@@ -85,10 +77,10 @@ def build_manifest(cfg: PipelineConfig, tok: tokenizing.TokenizerSpec,
     return Manifest(
         tokenizer=TokenizerInfo(name=tok.name, path=TOKENIZER, sha256=tok.sha256,
                                 vocab_size=tok.vocab_size, eos_id=tok.eos_id,
-                                eos_token=tok.eos_token),
+                                eos_token=tok.eos_token, bytes=len(tok.json.encode("utf-8"))),
         shards=shards, schema=dict(SCHEMA_DESCRIPTION), config=cfg.for_manifest(),
         stats=stats,
-        quarantine=tuple(r.quarantine_path for r in results if r.quarantine_path),
+        quarantine=tuple(r.quarantine for r in results if r.quarantine),
     )
 
 
@@ -100,12 +92,12 @@ def run(cfg: PipelineConfig, log: TextIO | None = None, progress: bool = True) -
         cfg.inputs = default_corpus()
     partitions = discover(cfg.inputs, cfg.storage_options)
     tok = tokenizing.load(cfg.tokenizer)
-    out = resolve(cfg.output, cfg.storage_options)
+    store = cfg.output_store()
     # Un-commit any earlier dataset here first: while shards are rewritten, readers must not
     # see an old manifest pointing at new bytes.
-    if out.fs.exists(out.path(MANIFEST)):
-        out.fs.rm_file(out.path(MANIFEST))
-    print(f"shardflow: {len(partitions)} partitions -> {out.url} "
+    store.delete(MANIFEST)
+    where = " + ".join(display_url(r.loc.url) for r in store.replicas)
+    print(f"shardflow: {len(partitions)} partitions -> {where} "
           f"(tokenizer {tok.name}, vocab {tok.vocab_size})", file=log)
 
     results: list[PartitionResult] = []
@@ -115,7 +107,7 @@ def run(cfg: PipelineConfig, log: TextIO | None = None, progress: bool = True) -
         print(f"dask: {n} workers, dashboard {dashboard}", file=log)
         tok_future = client.scatter(tok.json, broadcast=True, hash=True)
         futures = [
-            client.submit(process_partition, part, out.url, tok_future, tok.eos_id,
+            client.submit(process_partition, part, store, tok_future, tok.eos_id,
                           cfg.text_field, cfg.row_group_tokens, cfg.encode_batch_docs,
                           cfg.storage_options, key=f"partition-{part.index:05d}-{tok.sha256[:8]}",
                           pure=False)
@@ -127,12 +119,12 @@ def run(cfg: PipelineConfig, log: TextIO | None = None, progress: bool = True) -
             results.append(result)
             bar.update(1, result.tokens)
 
-    write_atomic(out, TOKENIZER, tok.json.encode("utf-8"))
+    store.put(TOKENIZER, tok.json.encode("utf-8"))
     manifest = build_manifest(cfg, tok, results)
-    write_manifest(out, manifest)
+    store.put(MANIFEST, manifest.to_json().encode("utf-8"))  # the commit: last, atomic
     stats = manifest.stats
     return RunSummary(
-        output=out.url, partitions=len(partitions), shards=len(manifest.shards),
+        output=where, partitions=len(partitions), shards=len(manifest.shards),
         docs_in=stats["documents_in"], docs_out=stats["documents_out"],
         dropped=stats["dropped"], quarantined=stats["quarantined"], tokens=stats["tokens"],
         bytes=stats["bytes"], wall_s=time.perf_counter() - start, dashboard=dashboard,

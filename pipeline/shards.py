@@ -6,6 +6,7 @@ a half-written object under a final name, and its checksum is known before the u
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Sequence
 
@@ -13,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage import Location, RowGroupInfo, ShardInfo, digest_bytes, write_atomic
+from storage import ObjectInfo, ReplicaSet, RowGroupInfo, ShardInfo, digest_bytes
 
 SCHEMA = pa.schema([
     pa.field("doc_id", pa.string(), nullable=False),
@@ -48,32 +49,55 @@ def _list_array(ids: Sequence[np.ndarray]) -> pa.ListArray:
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=pa.int32()))
 
 
-def encode_shard(doc_ids: Sequence[str], ids: Sequence[np.ndarray],
-                 target_rg_tokens: int) -> tuple[bytes, list[RowGroupInfo]]:
-    """The Parquet bytes of one shard and its row groups' row and token counts."""
+def encode_shard(doc_ids: Sequence[str], ids: Sequence[np.ndarray], target_rg_tokens: int,
+                 path: str = "shard.parquet") -> tuple[bytes, ShardInfo]:
+    """The Parquet bytes of one shard and its manifest entry.
+
+    The entry locates each row group's ``input_ids`` column chunk (offset, length, sha256) and
+    the footer, so that a reader fetches and verifies exactly what it decodes.
+    """
     counts = [len(a) for a in ids]
     sink = pa.BufferOutputStream()
-    groups: list[RowGroupInfo] = []
+    bounds = row_group_bounds(counts, target_rg_tokens)
+    # Token ids are stored plain (no dictionary: a 50k-entry dictionary buys nothing after
+    # zstd and costs a decode step); pages of 1 MiB keep decoding in large vectorised runs.
     with pq.ParquetWriter(sink, SCHEMA, compression="zstd", compression_level=3,
+                          use_dictionary=["doc_id"], data_page_size=1 << 20,
                           write_statistics=False, store_schema=False) as writer:
-        for lo, hi in row_group_bounds(counts, target_rg_tokens):
+        for lo, hi in bounds:
             table = pa.Table.from_arrays(
                 [pa.array(list(doc_ids[lo:hi]), type=pa.string()), _list_array(ids[lo:hi])],
                 schema=SCHEMA)
             writer.write_table(table, row_group_size=hi - lo)
-            groups.append(RowGroupInfo(rows=hi - lo, tokens=int(sum(counts[lo:hi]))))
-    return sink.getvalue().to_pybytes(), groups
+    data = sink.getvalue().to_pybytes()
+    meta = pq.ParquetFile(io.BytesIO(data)).metadata
+    column = SCHEMA.get_field_index("input_ids")
+    groups = []
+    for i, (lo, hi) in enumerate(bounds):
+        chunk = meta.row_group(i).column(column)
+        start = (chunk.dictionary_page_offset if chunk.has_dictionary_page
+                 else chunk.data_page_offset)
+        length = chunk.total_compressed_size
+        groups.append(RowGroupInfo(rows=hi - lo, tokens=int(sum(counts[lo:hi])), offset=start,
+                                   length=length, sha256=digest_bytes(data[start:start + length])))
+    footer_length = meta.serialized_size + 8
+    info = ShardInfo(path=path, rows=len(ids), tokens=int(sum(counts)), bytes=len(data),
+                     sha256=digest_bytes(data), row_groups=tuple(groups),
+                     footer_length=footer_length,
+                     footer_sha256=digest_bytes(data[len(data) - footer_length:]))
+    return data, info
 
 
-def write_shard(loc: Location, relative: str, doc_ids: Sequence[str], ids: Sequence[np.ndarray],
-                target_rg_tokens: int) -> ShardInfo:
-    data, groups = encode_shard(doc_ids, ids, target_rg_tokens)
-    write_atomic(loc, relative, data)
-    return ShardInfo(path=relative, rows=len(ids), tokens=int(sum(len(a) for a in ids)),
-                     bytes=len(data), sha256=digest_bytes(data), row_groups=tuple(groups))
+def write_shard(store: ReplicaSet, relative: str, doc_ids: Sequence[str],
+                ids: Sequence[np.ndarray], target_rg_tokens: int) -> ShardInfo:
+    data, info = encode_shard(doc_ids, ids, target_rg_tokens, relative)
+    store.put(relative, data)
+    return info
 
 
-def write_quarantine(loc: Location, relative: str, records: Sequence[dict]) -> None:
+def write_quarantine(store: ReplicaSet, relative: str, records: Sequence[dict]) -> ObjectInfo:
     """Rejected records as JSON lines: source (file:line), reason, detail and the raw text."""
     body = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in records)
-    write_atomic(loc, relative, body.encode("utf-8"))
+    data = body.encode("utf-8")
+    store.put(relative, data)
+    return ObjectInfo(path=relative, bytes=len(data), sha256=digest_bytes(data))

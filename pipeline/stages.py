@@ -14,7 +14,7 @@ from pipeline import tokenizing
 from pipeline.cleaning import Cleaner
 from pipeline.shards import write_quarantine, write_shard
 from pipeline.sources import Document, Partition, Rejected, read_partition
-from storage import ShardInfo, quarantine_name, resolve, shard_name
+from storage import ObjectInfo, ReplicaSet, ShardInfo, quarantine_name, shard_name
 
 
 @dataclass
@@ -25,11 +25,11 @@ class PartitionResult:
     docs_out: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
     quarantined: dict[str, int] = field(default_factory=dict)
-    quarantine_path: str | None = None
+    quarantine: ObjectInfo | None = None
     tokens: int = 0
 
 
-def process_partition(part: Partition, output: str, tokenizer_json: str, eos_id: int | None,
+def process_partition(part: Partition, store: ReplicaSet, tokenizer_json: str, eos_id: int | None,
                       text_field: str, row_group_tokens: int, encode_batch_docs: int,
                       storage_options: dict[str, Any] | None = None) -> PartitionResult:
     cleaner = Cleaner()
@@ -50,16 +50,13 @@ def process_partition(part: Partition, output: str, tokenizer_json: str, eos_id:
     ids = []
     for lo in range(0, len(texts), encode_batch_docs):
         ids.extend(tokenizing.encode(tokenizer_json, eos_id, texts[lo:lo + encode_batch_docs]))
-    loc = resolve(output, storage_options)
-    shard = (write_shard(loc, shard_name(part.index), doc_ids, ids, row_group_tokens)
+    shard = (write_shard(store, shard_name(part.index), doc_ids, ids, row_group_tokens)
              if ids else None)
-    qpath = None
-    if rejected:
-        qpath = quarantine_name(part.index)
-        write_quarantine(loc, qpath, rejected)
+    quarantine = (write_quarantine(store, quarantine_name(part.index), rejected)
+                  if rejected else None)
     return PartitionResult(
         index=part.index, shard=shard, docs_in=docs_in + len(rejected), docs_out=len(ids),
         dropped=dict(cleaner.dropped),
         quarantined=dict(Counter(r["reason"] for r in rejected)),
-        quarantine_path=qpath, tokens=shard.tokens if shard else 0,
+        quarantine=quarantine, tokens=shard.tokens if shard else 0,
     )

@@ -15,6 +15,7 @@ from storage.manifest import (
     DatasetNotFoundError,
     Manifest,
     ManifestError,
+    ObjectInfo,
     RowGroupInfo,
     ShardInfo,
     TokenizerInfo,
@@ -22,11 +23,18 @@ from storage.manifest import (
     write_atomic,
     write_manifest,
 )
-from storage.urls import Location, redact, resolve
+from storage.replicas import (
+    ChecksumMismatchError,
+    QuorumError,
+    ReplicaError,
+    ReplicaSet,
+)
+from storage.urls import Location, display_url, redact, resolve
 
 __all__ = [
-    "MANIFEST", "QUARANTINE_DIR", "SHARDS_DIR", "TOKENIZER", "DatasetNotFoundError", "Location",
-    "Manifest", "ManifestError", "RowGroupInfo", "ShardInfo", "TokenizerInfo", "UnsafePathError",
-    "digest_bytes", "digest_stream", "quarantine_name", "read_manifest", "redact", "resolve",
-    "safe_relative", "shard_name", "write_atomic", "write_manifest",
+    "MANIFEST", "QUARANTINE_DIR", "SHARDS_DIR", "TOKENIZER", "ChecksumMismatchError",
+    "DatasetNotFoundError", "Location", "Manifest", "ManifestError", "ObjectInfo", "QuorumError",
+    "ReplicaError", "ReplicaSet", "RowGroupInfo", "ShardInfo", "TokenizerInfo", "UnsafePathError",
+    "digest_bytes", "digest_stream", "display_url", "quarantine_name", "read_manifest", "redact",
+    "resolve", "safe_relative", "shard_name", "write_atomic", "write_manifest",
 ]

@@ -29,8 +29,35 @@ class ManifestError(ValueError):
 
 @dataclass(frozen=True)
 class RowGroupInfo:
+    """One row group; ``offset``/``length``/``sha256`` locate and check its token column chunk.
+
+    With them a reader fetches exactly the bytes it needs in one ranged GET and verifies them
+    before decoding, so a corrupt replica is caught at row-group granularity, not per shard.
+    """
+
     rows: int
     tokens: int
+    offset: int = 0
+    length: int = 0
+    sha256: str = ""
+
+    @classmethod
+    def from_dict(cls, g: dict[str, Any]) -> RowGroupInfo:
+        return cls(int(g["rows"]), int(g["tokens"]), int(g.get("offset", 0)),
+                   int(g.get("length", 0)), str(g.get("sha256", "")))
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """Any other object of the dataset (tokenizer, quarantine files) with its checksum."""
+
+    path: str
+    bytes: int
+    sha256: str
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ObjectInfo:
+        return cls(safe_relative(d["path"]), int(d["bytes"]), str(d["sha256"]))
 
 
 @dataclass(frozen=True)
@@ -41,6 +68,8 @@ class ShardInfo:
     bytes: int
     sha256: str
     row_groups: tuple[RowGroupInfo, ...]
+    footer_length: int = 0
+    footer_sha256: str = ""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ShardInfo:
@@ -50,8 +79,9 @@ class ShardInfo:
             tokens=int(d["tokens"]),
             bytes=int(d["bytes"]),
             sha256=str(d["sha256"]),
-            row_groups=tuple(RowGroupInfo(int(g["rows"]), int(g["tokens"]))
-                             for g in d["row_groups"]),
+            row_groups=tuple(RowGroupInfo.from_dict(g) for g in d["row_groups"]),
+            footer_length=int(d.get("footer_length", 0)),
+            footer_sha256=str(d.get("footer_sha256", "")),
         )
 
 
@@ -63,6 +93,7 @@ class TokenizerInfo:
     vocab_size: int
     eos_id: int | None
     eos_token: str | None
+    bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -72,7 +103,7 @@ class Manifest:
     schema: dict[str, str]
     config: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
-    quarantine: tuple[str, ...] = ()
+    quarantine: tuple[ObjectInfo, ...] = ()
     format: str = FORMAT
 
     @property
@@ -82,6 +113,14 @@ class Manifest:
     @property
     def eos_id(self) -> int | None:
         return self.tokenizer.eos_id
+
+    def objects(self) -> list[tuple[str, int, str]]:
+        """Every object the manifest vouches for: ``(path, bytes, sha256)``, manifest aside."""
+        out = [(s.path, s.bytes, s.sha256) for s in self.shards]
+        if self.tokenizer.bytes:
+            out.append((self.tokenizer.path, self.tokenizer.bytes, self.tokenizer.sha256))
+        out += [(q.path, q.bytes, q.sha256) for q in self.quarantine]
+        return out
 
     @property
     def total_tokens(self) -> int:
@@ -113,13 +152,13 @@ class Manifest:
                     name=str(tok["name"]), path=safe_relative(tok["path"]),
                     sha256=str(tok["sha256"]), vocab_size=int(tok["vocab_size"]),
                     eos_id=None if tok.get("eos_id") is None else int(tok["eos_id"]),
-                    eos_token=tok.get("eos_token"),
+                    eos_token=tok.get("eos_token"), bytes=int(tok.get("bytes", 0)),
                 ),
                 shards=tuple(ShardInfo.from_dict(s) for s in d["shards"]),
                 schema=dict(d["schema"]),
                 config=dict(d.get("config", {})),
                 stats=dict(d.get("stats", {})),
-                quarantine=tuple(safe_relative(q) for q in d.get("quarantine", [])),
+                quarantine=tuple(ObjectInfo.from_dict(q) for q in d.get("quarantine", [])),
             )
         except (KeyError, TypeError) as exc:
             raise ManifestError(f"{source}: missing or malformed field {exc}") from None

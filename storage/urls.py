@@ -63,6 +63,25 @@ def s3_options_from_env(env: os._Environ[str] | dict[str, str] | None = None) ->
     return opts
 
 
+#: Object-store defaults that make a dead server cost seconds, not minutes: short connect and
+#: read timeouts and few retries (the replica set fails over instead of waiting).
+S3_DEFAULTS: dict[str, Any] = {
+    "config_kwargs": {"connect_timeout": 3, "read_timeout": 20,
+                      "retries": {"max_attempts": 2, "mode": "standard"}},
+}
+
+
+def display_url(url: str) -> str:
+    """The URL without any ``user:password@`` part, for logs and errors."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    netloc, slash, path = rest.partition("/")
+    if "@" in netloc:
+        netloc = "***@" + netloc.rsplit("@", 1)[1]
+    return f"{scheme}://{netloc}{slash}{path}"
+
+
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in override.items():
@@ -79,8 +98,12 @@ def resolve(url: str, storage_options: dict[str, Any] | None = None) -> Location
     protocol = protocol or "file"
     options = dict(storage_options or {})
     if protocol in ("s3", "s3a"):
-        options = _merge(s3_options_from_env(), options)
+        options = _merge(_merge(S3_DEFAULTS, s3_options_from_env()), options)
     fs, root = fsspec.core.url_to_fs(url, **options)
+    if protocol in ("s3", "s3a"):
+        # s3fs retries some errors 5 times with growing sleeps on top of botocore's retries;
+        # with replicas to fail over to, two tries are enough.
+        fs.retries = min(getattr(fs, "retries", 2), 2)
     if isinstance(fs, LocalFileSystem):
         root = os.path.abspath(root)
         url = root

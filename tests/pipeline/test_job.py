@@ -81,6 +81,8 @@ def test_jsonl_input_quarantines_bad_records(tmp_path: Path) -> None:
     assert summary.docs_out == 2
     assert summary.quarantined == {"malformed_json": 1, "missing_field": 1}
     m = read_manifest(str(out))
-    (qpath,) = m.quarantine
-    lines = (out / qpath).read_text().splitlines()
+    (quarantine,) = m.quarantine
+    data = (out / quarantine.path).read_bytes()
+    assert hashlib.sha256(data).hexdigest() == quarantine.sha256
+    lines = data.decode().splitlines()
     assert ['"in.jsonl:2"' in lines[0], '"in.jsonl:3"' in lines[1]] == [True, True]

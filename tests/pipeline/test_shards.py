@@ -1,3 +1,4 @@
+import hashlib
 import io
 
 import numpy as np
@@ -22,7 +23,8 @@ def test_encode_shard_is_deterministic_and_readable() -> None:
     rng = np.random.default_rng(0)
     ids = [rng.integers(0, 50000, size=n, dtype=np.int32) for n in rng.integers(1, 300, 50)]
     doc_ids = [f"f.txt:{i}" for i in range(50)]
-    data1, groups = encode_shard(doc_ids, ids, 1000)
+    data1, info = encode_shard(doc_ids, ids, 1000)
+    groups = info.row_groups
     data2, _ = encode_shard(doc_ids, ids, 1000)
     assert data1 == data2
     pf = pq.ParquetFile(io.BytesIO(data1))
@@ -32,6 +34,10 @@ def test_encode_shard_is_deterministic_and_readable() -> None:
     assert table.column("doc_id").to_pylist() == doc_ids
     got = table.column("input_ids").to_pylist()
     assert all(list(a) == b for a, b in zip(ids, got, strict=True))
+    for g in groups:  # each row group's token column chunk is located and checksummed
+        assert hashlib.sha256(data1[g.offset:g.offset + g.length]).hexdigest() == g.sha256
+    footer = data1[-info.footer_length:]
+    assert footer.endswith(b"PAR1") and hashlib.sha256(footer).hexdigest() == info.footer_sha256
     assert [g.tokens for g in groups] == [
         sum(len(ids[i]) for i in range(lo, lo + g.rows))
         for lo, g in zip(np.cumsum([0] + [g.rows for g in groups])[:-1], groups, strict=True)]
