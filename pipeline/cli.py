@@ -5,20 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
 
 from pipeline.config import DEFAULT_OUTPUT, PipelineConfig
-from storage import DatasetNotFoundError, ManifestError, read_manifest, redact
-
-
-def _json_options(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"--storage-options is not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("--storage-options must be a JSON object")
-    return value
+from storage import DatasetNotFoundError, ManifestError, QuorumError, ReplicaError, redact
+from storage.cli import add_replica_arguments, replica_spec, store_from_args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,21 +42,22 @@ def build_parser() -> argparse.ArgumentParser:
                      help="where the LocalCluster serves its dashboard (':0' picks a free port)")
     run.add_argument("--row-group-tokens", type=int, default=256 * 1024,
                      help="tokens per Parquet row group (the loader's unit of reading)")
-    run.add_argument("--storage-options", type=_json_options, default={},
-                     help="JSON object of fsspec options for inputs and output (for S3 prefer "
-                          "the AWS_* environment variables: options may end up in shell history)")
+    add_replica_arguments(run)
+    run.add_argument("--write-quorum", type=int, default=None,
+                     help="replicas each write must reach (default: all); a write that meets "
+                          "the quorum but misses a replica is recorded for `storage repair`")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     inspect = sub.add_parser("inspect", help="print the summary of a dataset's manifest",
                              description="Print a dataset's manifest summary.")
     inspect.add_argument("url", help="dataset URL")
-    inspect.add_argument("--storage-options", type=_json_options, default={})
+    add_replica_arguments(inspect)
     inspect.add_argument("--json", action="store_true", help="print the whole manifest as JSON")
     return parser
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    m = read_manifest(args.url, args.storage_options)
+    m = store_from_args(args, args.url).read_manifest()
     if args.json:
         print(m.to_json(), end="")
         return 0
@@ -93,15 +84,18 @@ def main(argv: list[str] | None = None) -> int:
             return _inspect(args)
         from pipeline.job import run  # imported late: `inspect` should not pay for Dask
 
+        spec = replica_spec(args, args.output)
         cfg = PipelineConfig(
             inputs=list(args.inputs), output=args.output, text_field=args.text_field,
             tokenizer=args.tokenizer, workers=args.workers, scheduler=args.scheduler,
             dashboard_address=args.dashboard_address, row_group_tokens=args.row_group_tokens,
-            storage_options=args.storage_options)
+            storage_options=args.storage_options, replicas=spec.urls[1:],
+            write_quorum=spec.write_quorum, replica_options=spec.options)
         summary = run(cfg, progress=not args.no_progress)
         print(summary.render())
         return 0
-    except (DatasetNotFoundError, ManifestError, ValueError, FileNotFoundError) as exc:
+    except (DatasetNotFoundError, ManifestError, QuorumError, ReplicaError, ValueError,
+            OSError) as exc:
         opts = redact(getattr(args, "storage_options", None))
         hint = f" (storage options: {opts})" if opts else ""
         print(f"error: {exc}{hint}", file=sys.stderr)

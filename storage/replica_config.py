@@ -1,0 +1,58 @@
+"""Per-replica settings from a config file (TOML or JSON).
+
+Each replica usually lives on another server or zone with its own endpoint and credentials,
+so options are given per replica. Secrets should stay out of the file: name an AWS profile
+(``profile = "zone-b"``, resolved by botocore from ``~/.aws``) or use environment variables.
+
+    write_quorum = 1
+    [[replica]]
+    url = "s3://train-a/datasets/shakespeare"
+    profile = "zone-a"
+    [[replica]]
+    url = "s3://train-b/datasets/shakespeare"
+    storage_options = { client_kwargs = { endpoint_url = "http://10.0.0.2:9000" } }
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class ReplicaConfig:
+    urls: list[str]
+    options: list[dict[str, Any] | None]
+    write_quorum: int | None = None
+
+
+def load_replica_config(path: str) -> ReplicaConfig:
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        data = json.loads(text) if path.endswith(".json") else tomllib.loads(text)
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"{path}: cannot parse replica config: {exc}") from None
+    entries = data.get("replica") or data.get("replicas")
+    if not entries:
+        raise ValueError(f"{path}: no [[replica]] entries")
+    urls, options = [], []
+    for i, entry in enumerate(entries):
+        if "url" not in entry:
+            raise ValueError(f"{path}: replica {i} has no url")
+        opts = dict(entry.get("storage_options", {}))
+        if "profile" in entry:
+            opts["profile"] = entry["profile"]
+        if "endpoint_url" in entry:
+            opts.setdefault("client_kwargs", {})["endpoint_url"] = entry["endpoint_url"]
+        urls.append(str(entry["url"]))
+        options.append(opts or None)
+    quorum = data.get("write_quorum")
+    return ReplicaConfig(urls, options, None if quorum is None else int(quorum))
