@@ -10,11 +10,13 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from loaders import plan
+from loaders.packing import position_ids
+from loaders.prefetch import PrefetchingWindows
 from loaders.reader import RowGroupIndex, TokenReader
 from storage import Manifest, ReplicaSet
 
 
-def _dist_rank_world() -> tuple[int, int]:
+def dist_rank_world() -> tuple[int, int]:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
     return 0, 1
@@ -24,18 +26,22 @@ class TokenDataset(IterableDataset):
     """Fixed-length training windows streamed from a dataset's shards.
 
     Yields ``{"input_ids": LongTensor[seq_len], "labels": LongTensor[seq_len]}`` (labels are the
-    inputs shifted by one). See :mod:`loaders.plan` for the windows, the order and the split.
+    inputs shifted by one), plus ``position_ids`` (restarting after each EOS) and ``sample_id``
+    when asked. See :mod:`loaders.plan` for the windows, the order and the split.
     ``batch_size`` only decides how samples are dealt to DataLoader workers (whole batches,
     round-robin) so that the order a rank sees does not depend on ``num_workers``;
-    ``build_dataloader`` sets it.
+    ``build_dataloader`` sets it. ``segments`` is the progress through the epoch (see
+    :func:`loaders.plan.rank_sequence`); the loader's ``load_state_dict`` sets it.
     """
 
     def __init__(self, url: str, seq_len: int, *, seed: int = 0, shuffle: bool = True,
                  rank: int | None = None, world_size: int | None = None,
                  storage_options: dict[str, Any] | None = None, batch_size: int = 1,
-                 return_sample_id: bool = False, manifest: Manifest | None = None,
-                 replicas: list[str] | None = None,
-                 replica_options: list[dict[str, Any] | None] | None = None) -> None:
+                 return_sample_id: bool = False, return_position_ids: bool = False,
+                 manifest: Manifest | None = None, replicas: list[str] | None = None,
+                 replica_options: list[dict[str, Any] | None] | None = None,
+                 lookahead_groups: int = 8, read_threads: int = 4,
+                 window_blocks: int = 4) -> None:
         super().__init__()
         if seq_len < 1:
             raise ValueError(f"seq_len must be >= 1, got {seq_len}")
@@ -45,36 +51,45 @@ class TokenDataset(IterableDataset):
         self.seq_len = seq_len
         self.seed = seed
         self.shuffle = shuffle
-        self.storage_options = storage_options
         self.batch_size = batch_size
         self.return_sample_id = return_sample_id
+        self.return_position_ids = return_position_ids
+        self.lookahead_groups = lookahead_groups
+        self.read_threads = read_threads
+        self.window_blocks = window_blocks
         self._rank, self._world_size = rank, world_size
         # All reads go through the replica set: the first URL is preferred, the others are
         # failover copies (each may have its own storage options: endpoint, credentials).
-        urls = [url, *(replicas or [])]
-        self.store = ReplicaSet.from_urls(urls, storage_options, replica_options)
+        self.store = ReplicaSet.from_urls([url, *(replicas or [])], storage_options,
+                                          replica_options)
         self.manifest = manifest or self.store.read_manifest()
+        self.eos_id = self.manifest.eos_id
+        if return_position_ids and self.eos_id is None:
+            raise ValueError("position_ids need the tokenizer's EOS id; the manifest has none")
         self.index = RowGroupIndex(self.manifest)
         self.n_samples = plan.num_samples(self.index.total_tokens, seq_len)
         mean_group = self.index.total_tokens / max(len(self.index), 1)
         self.block = plan.block_size(mean_group, seq_len)
         self.epoch = 0
+        self.segments: list[tuple[int, int, int]] = []
         self._reader: TokenReader | None = None
 
     @property
     def rank(self) -> int:
-        return self._rank if self._rank is not None else _dist_rank_world()[0]
+        return self._rank if self._rank is not None else dist_rank_world()[0]
 
     @property
     def world_size(self) -> int:
-        return self._world_size if self._world_size is not None else _dist_rank_world()[1]
+        return self._world_size if self._world_size is not None else dist_rank_world()[1]
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose order the next iteration follows (call on every rank)."""
+        if epoch != self.epoch:
+            self.segments = []
         self.epoch = epoch
 
     def __len__(self) -> int:
-        """Samples this rank yields per epoch (the same on every rank)."""
+        """Samples this rank yields in a whole epoch (the same on every rank)."""
         return plan.samples_per_rank(self.n_samples, self.world_size)
 
     @property
@@ -82,11 +97,16 @@ class TokenDataset(IterableDataset):
         """Samples repeated per epoch so that every rank gets as many as the others."""
         return len(self) * self.world_size - self.n_samples
 
-    def rank_order(self) -> np.ndarray:
-        order = plan.epoch_order(self.n_samples, self.block, self.seed, self.epoch, self.shuffle)
-        return plan.rank_slice(order, self.rank, self.world_size)
+    def epoch_order(self) -> np.ndarray:
+        return plan.epoch_order(self.n_samples, self.block, self.seed, self.epoch,
+                                self.shuffle, self.window_blocks)
 
-    def _my_samples(self) -> np.ndarray:
+    def rank_order(self) -> np.ndarray:
+        """This rank's samples still to come in the current epoch, in order."""
+        return plan.rank_sequence(self.epoch_order(), self.segments, self.rank,
+                                  self.world_size, self.batch_size)
+
+    def worker_samples(self) -> np.ndarray:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         return plan.worker_slice(self.rank_order(), worker, workers, self.batch_size)
@@ -97,14 +117,21 @@ class TokenDataset(IterableDataset):
             self._reader = TokenReader(self.store, self.index)
         return self._reader
 
+    def windows(self, samples: np.ndarray) -> PrefetchingWindows:
+        """The token windows (``seq_len + 1`` int32 each) of ``samples``, read ahead."""
+        return PrefetchingWindows(self.reader, samples, self.seq_len, self.lookahead_groups,
+                                  self.read_threads)
+
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        reader = self.reader
-        for sample in self._my_samples():
-            start, stop = plan.sample_span(int(sample), self.seq_len)
-            window = torch.from_numpy(reader.tokens(start, stop).astype(np.int64))
-            item = {"input_ids": window[:-1], "labels": window[1:]}
+        samples = self.worker_samples()
+        for sample, window in zip(samples.tolist(), self.windows(samples), strict=True):
+            tokens = torch.from_numpy(window.astype(np.int64))
+            item = {"input_ids": tokens[:-1], "labels": tokens[1:]}
+            if self.return_position_ids:
+                item["position_ids"] = torch.from_numpy(position_ids(window[None, :-1],
+                                                                     self.eos_id)[0])
             if self.return_sample_id:
-                item["sample_id"] = torch.tensor(int(sample))
+                item["sample_id"] = torch.tensor(sample)
             yield item
 
     def __getstate__(self) -> dict[str, Any]:

@@ -87,3 +87,51 @@ def sample_span(sample: int, seq_len: int) -> tuple[int, int]:
     """Token range ``[start, stop)`` of a sample in the global stream."""
     width = seq_len + 1
     return sample * width, (sample + 1) * width
+
+
+# -- resume ------------------------------------------------------------------------------------
+#
+# Progress through an epoch is a list of *segments* ``(world_size, batch_size, steps)``: the
+# ranks of a job with that world size each consumed ``steps`` batches of ``batch_size`` from
+# the epoch's remaining sequence. One segment while nothing changes; a resume on another
+# world size (or per-rank batch size) appends one. The state is therefore a few integers,
+# whatever the position in the epoch.
+
+
+def remaining_after(order: np.ndarray, world_size: int, batch_size: int,
+                    steps: int) -> np.ndarray:
+    """What is left of ``order`` after ``steps`` batches on each of ``world_size`` ranks.
+
+    Rank ``r`` consumed the first ``steps * batch_size`` samples of its contiguous slice; the
+    rest, rank by rank, is the new sequence. Padding (repeated samples) is never carried over.
+    """
+    n = len(order)
+    per_rank = samples_per_rank(n, world_size)
+    taken = min(steps * batch_size, per_rank)
+    keep = np.ones(n, dtype=bool)
+    for r in range(world_size):
+        lo = r * per_rank
+        keep[lo:min(lo + taken, n)] = False
+    return order[keep]
+
+
+def resume_order(order: np.ndarray, segments: list[tuple[int, int, int]]) -> np.ndarray:
+    """The sequence left after all of ``segments`` (in order) were consumed."""
+    for world_size, batch_size, steps in segments:
+        order = remaining_after(order, world_size, batch_size, steps)
+    return order
+
+
+def rank_sequence(order: np.ndarray, segments: list[tuple[int, int, int]], rank: int,
+                  world_size: int, batch_size: int) -> np.ndarray:
+    """This rank's samples still to come in the epoch, given the progress ``segments``.
+
+    When the last segment has the current world and batch size, it is the run in progress:
+    its consumed batches are skipped inside the same contiguous slice, exactly as an
+    uninterrupted run would have continued.
+    """
+    done = 0
+    if segments and segments[-1][:2] == (world_size, batch_size):
+        *segments, (_, _, done) = segments
+    base = resume_order(order, list(segments))
+    return rank_slice(base, rank, world_size)[done * batch_size:]

@@ -10,6 +10,7 @@ LRU of decoded row groups serves the consecutive samples of a block from memory.
 from __future__ import annotations
 
 import io
+import threading
 from collections import OrderedDict
 
 import numpy as np
@@ -93,6 +94,21 @@ class TokenReader:
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
         self.bytes_read = 0
         self.groups_read = 0
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.update(_lock=None, _meta={}, _cache=OrderedDict())
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def _count(self, nbytes: int, groups: int = 0) -> None:
+        with self._lock:
+            self.bytes_read += nbytes
+            self.groups_read += groups
 
     def _metadata(self, shard: int) -> pq.FileMetaData:
         meta = self._meta.get(shard)
@@ -103,7 +119,7 @@ class TokenReader:
                                     "rebuild the dataset with this version of the pipeline")
             footer = self.store.get(info.path, info.footer_sha256,
                                     info.bytes - info.footer_length, info.bytes)
-            self.bytes_read += len(footer)
+            self._count(len(footer))
             meta = self._meta[shard] = _metadata_from_footer(footer)
         return meta
 
@@ -114,8 +130,7 @@ class TokenReader:
         info = self.index.shards[shard]
         group = info.row_groups[gi]
         chunk = self.store.get(info.path, group.sha256, group.offset, group.offset + group.length)
-        self.bytes_read += len(chunk)
-        self.groups_read += 1
+        self._count(len(chunk), 1)
         source = _RangeFile(info.bytes, {group.offset: chunk}, info.path)
         table = pq.ParquetFile(source, metadata=self._metadata(shard)).read_row_group(
             gi, columns=["input_ids"], use_threads=False)

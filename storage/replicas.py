@@ -13,6 +13,7 @@ import json
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -84,6 +85,7 @@ class ReplicaSet:
         self.unhealthy_cap_s = unhealthy_cap_s
         self.throttle_retries = throttle_retries
         self.failovers = 0
+        self.errors: Counter[str] = Counter()  # failed reads/writes by exception type
         self._lock = threading.Lock()
 
     @classmethod
@@ -122,6 +124,7 @@ class ReplicaSet:
             delay = min(self.unhealthy_cap_s, self.unhealthy_base_s * 2 ** (h.failures - 1))
             h.retry_at = time.monotonic() + delay * random.uniform(0.5, 1.0)
             h.last_error = _short(exc)
+            self.errors[type(exc).__name__] += 1
 
     def _mark_ok(self, replica: Replica) -> None:
         if replica.health.failures:

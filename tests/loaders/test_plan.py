@@ -76,3 +76,32 @@ def test_sample_spans_tile_the_stream() -> None:
     assert plan.sample_span(0, 4) == (0, 5)
     assert plan.sample_span(3, 4) == (15, 20)
     assert plan.num_samples(24, 4) == 4  # 4 tokens of remainder are not used
+
+
+@settings(max_examples=150)
+@given(st.integers(1, 800), blocks, seeds, worlds, st.integers(1, 8), worlds, st.integers(1, 8),
+       st.data())
+def test_elastic_resume_consumes_every_sample_once(n, block, seed, w1, b1, w2, b2, data) -> None:
+    """Stop after some steps on w1 ranks, resume on w2 ranks: each sample once, bar padding."""
+    order = plan.epoch_order(n, block, seed, 2)
+    per_rank1 = plan.samples_per_rank(n, w1)
+    steps1 = data.draw(st.integers(0, -(-per_rank1 // b1)))
+    consumed: list[int] = []
+    for r in range(w1):
+        consumed += plan.rank_sequence(order, [], r, w1, b1)[:steps1 * b1].tolist()
+    segments = [(w1, b1, steps1)]
+    for r in range(w2):
+        consumed += plan.rank_sequence(order, segments, r, w2, b2).tolist()
+    counts = np.bincount(np.array(consumed, dtype=np.int64), minlength=n)
+    assert (counts >= 1).all()
+    assert int((counts - 1).sum()) < w1 + w2  # only the two splits' padding repeats
+
+
+@given(st.integers(1, 500), blocks, worlds, st.integers(1, 8), st.data())
+def test_resume_on_same_world_continues_the_same_sequence(n, block, world, batch, data) -> None:
+    order = plan.epoch_order(n, block, 5, 0)
+    rank = data.draw(st.integers(0, world - 1))
+    full = plan.rank_sequence(order, [], rank, world, batch)
+    steps = data.draw(st.integers(0, -(-len(full) // batch)))
+    resumed = plan.rank_sequence(order, [(world, batch, steps)], rank, world, batch)
+    assert resumed.tolist() == full[steps * batch:].tolist()
