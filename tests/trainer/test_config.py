@@ -1,0 +1,73 @@
+"""Flags and their resolution into a complete config."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainer.config import PRESETS, TrainConfig, build_parser, parse_args, resolve
+
+
+def test_help_lists_every_flag() -> None:
+    text = build_parser().format_help()
+    for flag in ("--data", "--storage-options", "--steps", "--batch-size", "--seq-len",
+                 "--layers", "--width", "--heads", "--lr", "--warmup-steps", "--weight-decay",
+                 "--grad-clip", "--seed", "--num-workers", "--log-every", "--run-dir",
+                 "--device", "--dtype", "plot RUN_DIR"):
+        assert flag in text, flag
+
+
+def test_parse_and_resolve_on_cpu() -> None:
+    cfg = parse_args(["--data", "s3://b/ds", "--steps", "50",
+                      "--storage-options", '{"anon": true}'])
+    assert cfg.storage_options == {"anon": True}
+    assert cfg.num_workers == 1
+    r = resolve(cfg, "cpu", bf16_supported=False)
+    cpu = PRESETS["cpu"]
+    assert (r.seq_len, r.batch_size, r.layers, r.width, r.heads) == (
+        cpu["seq_len"], cpu["batch_size"], cpu["layers"], cpu["width"], cpu["heads"])
+    assert r.seq_len == 128
+    assert r.warmup_steps == 5
+    assert r.dtype == "float32"
+
+
+def test_explicit_flags_win_over_presets() -> None:
+    cfg = parse_args(["--data", "d", "--seq-len", "64", "--width", "64", "--heads", "2",
+                      "--warmup-steps", "0"])
+    r = resolve(cfg, "cuda", bf16_supported=True)
+    assert (r.seq_len, r.width, r.heads, r.warmup_steps) == (64, 64, 2, 0)
+    assert r.layers == PRESETS["cuda"]["layers"]
+    assert r.dtype == "bfloat16"
+
+
+def test_bf16_only_on_cuda() -> None:
+    with pytest.raises(ValueError, match="CUDA"):
+        resolve(TrainConfig(data="d", dtype="bfloat16"), "cpu", bf16_supported=False)
+    assert resolve(TrainConfig(data="d"), "cuda", bf16_supported=False).dtype == "float32"
+
+
+def test_width_must_divide_by_heads() -> None:
+    with pytest.raises(ValueError, match="divisible"):
+        resolve(TrainConfig(data="d", width=65, heads=2), "cpu", bf16_supported=False)
+
+
+@pytest.mark.parametrize("argv", [
+    ["--data", "d", "--storage-options", "not json"],
+    ["--data", "d", "--storage-options", "[1, 2]"],
+    ["--data", "d", "--steps", "0"],
+    ["--data", "d", "--device", "tpu"],
+    ["--steps", "3"],  # --data is required
+])
+def test_bad_flags_exit(argv: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+
+
+def test_user_errors_are_one_line_and_leave_no_run_dir(tmp_path, capsys) -> None:
+    from trainer.cli import main
+
+    run_dir = tmp_path / "run"
+    assert main(["--data", str(tmp_path / "nope"), "--run-dir", str(run_dir)]) == 2
+    assert "error: no dataset" in capsys.readouterr().err
+    assert not run_dir.exists()
+    assert main(["--data", str(tmp_path), "--device", "cpu", "--dtype", "bfloat16"]) == 2
+    assert "CUDA" in capsys.readouterr().err

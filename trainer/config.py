@@ -1,0 +1,169 @@
+"""The training configuration: flags, defaults, and their resolution.
+
+Flags whose good value depends on the device (model shape, sequence length, batch size) default
+to ``None`` and are filled in by :func:`resolve` from :data:`PRESETS` once the device is known,
+so ``python -m trainer --data URL`` does something sensible on a laptop CPU and on a GPU. The
+resolved config (no ``None`` left) is what gets saved to ``config.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+#: Defaults by device type: small enough for 2 CPU cores, GPT-2-small-like on CUDA.
+PRESETS: dict[str, dict[str, int]] = {
+    "cpu": {"seq_len": 128, "batch_size": 8, "layers": 4, "width": 128, "heads": 4},
+    "cuda": {"seq_len": 1024, "batch_size": 16, "layers": 12, "width": 768, "heads": 12},
+}
+
+
+class ConfigError(ValueError):
+    """A combination of flags that cannot run (reported without a traceback)."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    data: str
+    storage_options: dict[str, Any] | None = None
+    steps: int = 200
+    batch_size: int | None = None
+    seq_len: int | None = None
+    layers: int | None = None
+    width: int | None = None
+    heads: int | None = None
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int | None = None
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    seed: int = 0
+    num_workers: int = 1
+    log_every: int = 10
+    run_dir: str | None = None
+    device: str = "auto"
+    dtype: str = "auto"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"anon\": false}'")
+    return value
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Show "(default: X)" only where X says something (not None, not already in the help)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default is None or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    cpu, cuda = PRESETS["cpu"], PRESETS["cuda"]
+
+    def preset(key: str) -> str:
+        return f"default: {cpu[key]} on CPU, {cuda[key]} on CUDA"
+
+    p = argparse.ArgumentParser(
+        prog="python -m trainer",
+        description="Train a small GPT on a Shardflow dataset. Run under "
+                    "`torchrun --nproc-per-node N` for DDP, or plainly for one process.",
+        epilog="Subcommand: `python -m trainer plot RUN_DIR` draws RUN_DIR/metrics.png "
+               "from RUN_DIR/metrics.jsonl.",
+        formatter_class=_HelpFormatter,
+    )
+    d = p.add_argument_group("data")
+    d.add_argument("--data", required=True, metavar="URL",
+                   help="dataset root (any fsspec URL: a path, file://, s3://...)")
+    d.add_argument("--storage-options", type=_json_object, default=None, metavar="JSON",
+                   help="fsspec storage options as a JSON object (e.g. S3 endpoint, keys)")
+    d.add_argument("--num-workers", type=_non_negative_int, default=1,
+                   help="DataLoader worker processes per rank (0 = load in the main process)")
+    d.add_argument("--seq-len", type=_positive_int, default=None, help=preset("seq_len"))
+    d.add_argument("--batch-size", type=_positive_int, default=None,
+                   help="sequences per step per rank; " + preset("batch_size"))
+
+    m = p.add_argument_group("model")
+    m.add_argument("--layers", type=_positive_int, default=None, help=preset("layers"))
+    m.add_argument("--width", type=_positive_int, default=None,
+                   help="d_model; " + preset("width"))
+    m.add_argument("--heads", type=_positive_int, default=None, help=preset("heads"))
+
+    o = p.add_argument_group("optimisation")
+    o.add_argument("--steps", type=_positive_int, default=200, help="optimizer steps")
+    o.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (AdamW)")
+    o.add_argument("--min-lr-ratio", type=float, default=0.1,
+                   help="the cosine decays to lr * this")
+    o.add_argument("--warmup-steps", type=_non_negative_int, default=None,
+                   help="linear warmup steps (default: 10%% of --steps)")
+    o.add_argument("--weight-decay", type=float, default=0.1,
+                   help="AdamW decoupled weight decay on matrices")
+    o.add_argument("--grad-clip", type=float, default=1.0,
+                   help="clip the global gradient norm to this (0 = off)")
+    o.add_argument("--seed", type=int, default=0, help="model init and data order")
+
+    r = p.add_argument_group("runtime")
+    r.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="auto = CUDA when available")
+    r.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
+                   help="bfloat16 = autocast, CUDA only; auto = bfloat16 on CUDA when "
+                        "supported, else float32")
+    r.add_argument("--log-every", type=_positive_int, default=10, metavar="K",
+                   help="log a metrics line every K steps (and at the last step)")
+    r.add_argument("--run-dir", default=None, metavar="DIR",
+                   help="where config.json, metrics.jsonl and the per-rank sample digests "
+                        "go (default: runs/<timestamp>)")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> TrainConfig:
+    ns = build_parser().parse_args(argv)
+    names = {f.name for f in fields(TrainConfig)}
+    return TrainConfig(**{k: v for k, v in vars(ns).items() if k in names})
+
+
+def resolve(cfg: TrainConfig, device_type: str, bf16_supported: bool) -> TrainConfig:
+    """Fill device-dependent defaults and check the combination; pure so it is testable."""
+    preset = PRESETS["cuda" if device_type == "cuda" else "cpu"]
+    filled = {k: preset[k] for k in preset if getattr(cfg, k) is None}
+    cfg = replace(cfg, **filled)
+    if cfg.warmup_steps is None:
+        cfg = replace(cfg, warmup_steps=cfg.steps // 10)
+    dtype = cfg.dtype
+    if dtype == "auto":
+        dtype = "bfloat16" if device_type == "cuda" and bf16_supported else "float32"
+    elif dtype == "bfloat16" and device_type != "cuda":
+        raise ConfigError("--dtype bfloat16 uses CUDA autocast; on CPU use float32")
+    cfg = replace(cfg, dtype=dtype)
+    assert cfg.width is not None and cfg.heads is not None
+    if cfg.width % cfg.heads:
+        raise ConfigError(f"--width ({cfg.width}) must be divisible by --heads ({cfg.heads})")
+    if not 0.0 <= cfg.min_lr_ratio <= 1.0:
+        raise ConfigError(f"--min-lr-ratio must be in [0, 1], got {cfg.min_lr_ratio}")
+    return cfg

@@ -1,0 +1,93 @@
+"""The trainer's side of the data: building the loader and streaming batches across epochs.
+
+Who owns what: ``loaders`` owns the order of samples (seed, epoch, rank slice); this module
+only decides *when* an epoch ends and tells the loader the next epoch number via
+``set_epoch``. For a later resume, the state to save is the epoch number here plus the
+loader's own ``state_dict()``.
+
+``loaders``/``storage`` are imported inside the functions that need them so that
+``trainer.model``, ``trainer.plot`` and friends stay importable (and testable) without the
+data stack; the trainer never imports ``pipeline`` or Dask.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+
+class EpochLoader(Protocol):
+    """What the loop needs from a loader: iterate one epoch, move to another, know its size."""
+
+    def __iter__(self) -> Iterator[dict[str, Any]]: ...
+
+    def __len__(self) -> int: ...
+
+    def set_epoch(self, epoch: int) -> None: ...
+
+
+def build_loader(
+    url: str,
+    *,
+    batch_size: int,
+    seq_len: int,
+    num_workers: int,
+    seed: int,
+    rank: int,
+    world_size: int,
+    storage_options: dict[str, Any] | None,
+) -> EpochLoader:
+    """The real streaming loader for this rank (``loaders.build_dataloader``)."""
+    from loaders import build_dataloader
+
+    return build_dataloader(
+        url, batch_size, seq_len, num_workers=num_workers, seed=seed, shuffle=True,
+        rank=rank, world_size=world_size, storage_options=storage_options,
+    )
+
+
+def dataset_vocab_size(url: str, storage_options: dict[str, Any] | None) -> int:
+    """The model's vocabulary comes from the dataset's manifest, never from a flag, so the
+    embedding table always matches the token ids in the shards."""
+    from storage import read_manifest
+
+    return int(read_manifest(url, storage_options=storage_options).vocab_size)
+
+
+class EpochStream:
+    """An endless stream of batches over an epoch-based loader.
+
+    When an epoch's iterator is exhausted, the next epoch is started with
+    ``set_epoch(epoch + 1)`` (a new order, not a replay). The caller times :meth:`next`, so
+    the cost of starting a new epoch's iterator (worker start-up, first reads) counts as
+    data wait, which it is.
+    """
+
+    def __init__(self, loader: EpochLoader, start_epoch: int = 0) -> None:
+        if len(loader) == 0:
+            raise ValueError(
+                "the loader yields no batches for this rank: the dataset is smaller than one "
+                "global batch (batch size x world size x seq len); use a smaller --batch-size "
+                "or --seq-len, or more data"
+            )
+        self.loader = loader
+        self.epoch = start_epoch
+        self.batches_in_epoch = 0
+        self.loader.set_epoch(self.epoch)
+        self._it: Iterator[dict[str, Any]] | None = None
+
+    def next(self) -> dict[str, Any]:
+        if self._it is None:
+            self._it = iter(self.loader)
+        try:
+            batch = next(self._it)
+        except StopIteration:
+            if self.batches_in_epoch == 0:
+                raise RuntimeError(f"epoch {self.epoch} produced no batches") from None
+            self.epoch += 1
+            self.batches_in_epoch = 0
+            self.loader.set_epoch(self.epoch)
+            self._it = iter(self.loader)
+            batch = next(self._it)
+        self.batches_in_epoch += 1
+        return batch

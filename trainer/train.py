@@ -1,0 +1,282 @@
+"""The training loop and the run around it.
+
+:func:`run` does the wiring (process group, config resolution, run directory, manifest,
+loader); :func:`train` is the loop itself and takes any :class:`~trainer.data.EpochLoader`,
+so it can be exercised on a synthetic loader without the data stack.
+
+State a resume will need (later issue): ``step``, ``EpochStream.epoch``, model, optimizer,
+scheduler (its step count only; the schedule is a pure function) and the loader's
+``state_dict()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainer.config import TrainConfig, resolve
+from trainer.data import EpochLoader, EpochStream, build_loader, dataset_vocab_size
+from trainer.distributed import (
+    DistInfo,
+    all_reduce,
+    barrier,
+    broadcast_object,
+    destroy_distributed,
+    init_distributed,
+)
+from trainer.metrics import (
+    IntervalMeter,
+    IntervalStats,
+    JsonlWriter,
+    RunTotals,
+    format_record,
+    format_summary,
+)
+from trainer.model import GPT, GPTConfig
+from trainer.optim import build_optimizer
+from trainer.parallelize import parallelize
+from trainer.samples import SampleLog
+from trainer.schedule import build_scheduler
+
+Clock = Callable[[], float]
+
+
+def log(info: DistInfo, message: str) -> None:
+    """Print on rank 0 only: N ranks repeating every line helps nobody."""
+    if info.is_main:
+        print(message, flush=True)
+
+
+def default_run_dir(now: datetime | None = None, base: str = "runs") -> Path:
+    """``runs/<timestamp>``, with a numeric suffix if that directory already exists."""
+    stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
+    path = Path(base) / stamp
+    n = 1
+    while path.exists():
+        path = Path(base) / f"{stamp}-{n}"
+        n += 1
+    return path
+
+
+def prepare_run_dir(requested: str | None, info: DistInfo) -> Path:
+    """Rank 0 picks the directory and every rank uses that one (timestamps taken on each
+    rank could differ by a second)."""
+    chosen = str(default_run_dir()) if requested is None and info.is_main else requested
+    chosen = broadcast_object(chosen)
+    assert isinstance(chosen, str)
+    path = Path(chosen)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def model_config(cfg: TrainConfig, vocab_size: int) -> GPTConfig:
+    assert None not in (cfg.seq_len, cfg.layers, cfg.width, cfg.heads), "resolve() first"
+    return GPTConfig(vocab_size=vocab_size, max_seq_len=cfg.seq_len, n_layers=cfg.layers,
+                     d_model=cfg.width, n_heads=cfg.heads)
+
+
+def write_config(path: Path, cfg: TrainConfig, info: DistInfo, model: GPT) -> None:
+    """config.json: everything needed to understand (and later reproduce) the run. Storage
+    options are redacted: they can hold S3 secrets."""
+    from storage import redact
+
+    train = cfg.to_dict()
+    train["storage_options"] = redact(cfg.storage_options) or None
+    record = {
+        "train": train,
+        "model": asdict(model.cfg),
+        "num_parameters": model.num_parameters(),
+        "flops_per_token": model.flops_per_token(),
+        "world_size": info.world_size,
+        "backend": info.backend,
+        "device": info.device.type,
+        "global_batch_tokens": cfg.batch_size * cfg.seq_len * info.world_size,
+        "torch_version": torch.__version__,
+    }
+    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def autocast_context(cfg: TrainConfig, device: torch.device) -> contextlib.AbstractContextManager:
+    if cfg.dtype == "bfloat16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def train(
+    cfg: TrainConfig,
+    info: DistInfo,
+    loader: EpochLoader,
+    vocab_size: int,
+    run_dir: Path,
+    *,
+    clock: Clock = time.perf_counter,
+) -> dict[str, Any]:
+    """Run ``cfg.steps`` optimizer steps; returns the run summary (printed on rank 0)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(cfg.seed)  # identical init everywhere (DDP also broadcasts rank 0's)
+    model = GPT(model_config(cfg, vocab_size)).to(info.device)
+    train_model = parallelize(model, info)
+    optimizer = build_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    assert cfg.warmup_steps is not None
+    scheduler = build_scheduler(optimizer, warmup_steps=cfg.warmup_steps,
+                                total_steps=cfg.steps, min_lr_ratio=cfg.min_lr_ratio)
+
+    if info.is_main:
+        write_config(run_dir / "config.json", cfg, info, model)
+    log(info, f"trainer: world size {info.world_size} ({info.backend or 'no process group'}), "
+              f"device {info.device}, dtype {cfg.dtype}, {model.num_parameters():,} params, "
+              f"vocab {vocab_size}, {len(loader)} batches/epoch/rank, run dir {run_dir}")
+
+    metrics = JsonlWriter(run_dir / "metrics.jsonl") if info.is_main else None
+    samples = SampleLog(run_dir, info.rank)
+    stream = EpochStream(loader)
+    meter, totals = IntervalMeter(), RunTotals()
+    loss_sum = torch.zeros((), device=info.device)  # on device: no host sync per step
+    grad_norm = torch.zeros((), device=info.device)
+    lr = 0.0
+    train_model.train()
+
+    step_end = clock()
+    try:
+        for step in range(1, cfg.steps + 1):
+            t0 = clock()
+            batch = stream.next()
+            meter.add_wait(clock() - t0)
+
+            input_ids, labels = batch["input_ids"], batch["labels"]
+            samples.record(step, stream.epoch, input_ids)
+            if step == 1:
+                check_batch(input_ids, labels, vocab_size, cfg.seq_len)
+            input_ids = input_ids.to(info.device, non_blocking=True)
+            labels = labels.to(info.device, non_blocking=True)
+
+            lr = scheduler.get_last_lr()[0]
+            loss, grad_norm = train_step(train_model, model, optimizer, scheduler,
+                                         input_ids, labels, cfg, info.device)
+            loss_sum += loss
+
+            now = clock()
+            meter.add_step(now - step_end, input_ids.numel() * info.world_size)
+            step_end = now
+
+            if step % cfg.log_every == 0 or step == cfg.steps:
+                stats, record = reduce_interval(meter, loss_sum, info)
+                record.update(step=step, total_steps=cfg.steps, lr=lr, epoch=stream.epoch,
+                              grad_norm=float(grad_norm))
+                totals.add(stats, record["loss"], record["data_wait_frac"])
+                loss_sum.zero_()
+                if metrics is not None:
+                    metrics.write(record)
+                log(info, format_record(record))
+    finally:
+        samples.close()
+        if metrics is not None:
+            metrics.close()
+
+    summary = totals.summary()
+    if info.is_main:
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True)
+                                              + "\n", encoding="utf-8")
+    log(info, format_summary(summary))
+    return summary
+
+
+def train_step(
+    train_model: torch.nn.Module,
+    model: GPT,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    input_ids: torch.Tensor,
+    labels: torch.Tensor,
+    cfg: TrainConfig,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimizer step; returns the (detached, on-device) loss and pre-clip gradient norm.
+
+    ``train_model`` is the parallel wrapper (forward/backward go through it so gradients are
+    synchronised); ``model`` is the bare module whose parameters are clipped. The norm is
+    computed even without clipping (max_norm=inf) because it is worth logging.
+    """
+    with autocast_context(cfg, device):
+        _, loss = train_model(input_ids, labels)
+    assert loss is not None
+    loss.backward()
+    max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.detach(), grad_norm.detach()
+
+
+def reduce_interval(meter: IntervalMeter, loss_sum: torch.Tensor, info: DistInfo
+                    ) -> tuple[IntervalStats, dict[str, Any]]:
+    """Close a logging interval: loss averaged over its steps and over ranks, data wait as
+    the mean and the max over ranks (one slow rank stalls all of them at the next gradient
+    all-reduce, so the max is the number to watch). Collective: every rank must call it."""
+    stats = meter.flush()
+    device = loss_sum.device
+    sums = torch.stack([loss_sum.to(torch.float64),
+                        torch.tensor(stats.data_wait_frac, dtype=torch.float64, device=device)])
+    all_reduce(sums, "sum")
+    wait_max = torch.tensor([stats.data_wait_frac], dtype=torch.float64, device=device)
+    all_reduce(wait_max, "max")
+    ws = info.world_size
+    return stats, {
+        "loss": float(sums[0]) / (stats.steps * ws),
+        "tokens_per_s": stats.tokens_per_s,
+        "step_time_s": stats.step_time,
+        "data_wait_frac": float(sums[1]) / ws,
+        "data_wait_frac_max": float(wait_max[0]),
+        "interval_steps": stats.steps,
+        "interval_s": stats.seconds,
+        "interval_wait_s": stats.wait_seconds,
+        "tokens": stats.tokens,
+    }
+
+
+def check_batch(input_ids: torch.Tensor, labels: torch.Tensor, vocab_size: int,
+                seq_len: int | None) -> None:
+    """Fail early and readably on a batch the model cannot take (a CUDA embedding lookup out
+    of range is an opaque device-side assert)."""
+    if input_ids.dim() != 2 or input_ids.shape != labels.shape:
+        raise ValueError(f"expected input_ids and labels of one shape [B, T], got "
+                         f"{tuple(input_ids.shape)} and {tuple(labels.shape)}")
+    if seq_len is not None and input_ids.shape[1] != seq_len:
+        raise ValueError(f"loader gave sequences of {input_ids.shape[1]} tokens, not {seq_len}")
+    lo, hi = int(input_ids.min()), int(input_ids.max())
+    if lo < 0 or hi >= vocab_size:
+        raise ValueError(f"token ids in [{lo}, {hi}] but the manifest's vocab_size is "
+                         f"{vocab_size}")
+
+
+def run(cfg: TrainConfig) -> dict[str, Any]:
+    """The ``python -m trainer`` entry: set up, train, tear down."""
+    info = init_distributed(cfg.device)
+    try:
+        bf16 = info.device.type == "cuda" and torch.cuda.is_bf16_supported()
+        cfg = resolve(cfg, info.device.type, bf16)
+        # The manifest first: a wrong URL should fail before a run directory is made.
+        vocab_size = dataset_vocab_size(cfg.data, cfg.storage_options)
+        run_dir = prepare_run_dir(cfg.run_dir, info)
+        cfg = replace(cfg, run_dir=os.fspath(run_dir))
+        assert cfg.batch_size is not None and cfg.seq_len is not None
+        loader = build_loader(
+            cfg.data, batch_size=cfg.batch_size, seq_len=cfg.seq_len,
+            num_workers=cfg.num_workers, seed=cfg.seed, rank=info.rank,
+            world_size=info.world_size, storage_options=cfg.storage_options,
+        )
+        summary = train(cfg, info, loader, vocab_size, run_dir)
+        barrier()
+        return summary
+    finally:
+        destroy_distributed()
