@@ -20,7 +20,7 @@ def test_parse_and_resolve_on_cpu() -> None:
     cfg = parse_args(["--data", "s3://b/ds", "--steps", "50",
                       "--storage-options", '{"anon": true}'])
     assert cfg.storage_options == {"anon": True}
-    assert cfg.num_workers == 1
+    assert cfg.num_workers == 0
     r = resolve(cfg, "cpu", bf16_supported=False)
     cpu = PRESETS["cpu"]
     assert (r.seq_len, r.batch_size, r.layers, r.width, r.heads) == (
