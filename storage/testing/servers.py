@@ -211,6 +211,8 @@ class S3Server:
         self.ports: list[int] = []
         self._procs: list[_Proc] = []
         self._volumes: list[_Proc] = []
+        self._master_url = ""  # SeaweedFS only
+        self._deadline = 0.0  # time.monotonic() by which the current start must be ready
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -240,6 +242,7 @@ class S3Server:
         self.stop()
         for attempt in range(_attempts):
             self.tmpdir = Path(tempfile.mkdtemp(prefix=f"s3srv-{self.backend}-"))
+            self._deadline = time.monotonic() + self.ready_timeout
             with _live_lock:
                 _live.add(self)
             try:
@@ -455,16 +458,15 @@ class S3Server:
     # -- readiness -------------------------------------------------------------------------
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.ready_timeout
         client = self.client()
         last_error: Exception | None = None
-        while time.monotonic() < deadline:
+        while time.monotonic() < self._deadline:
             self._check_alive()
             try:
                 client.list_buckets()
                 if self.backend != "seaweedfs" or self._volume_nodes() >= len(self._volumes):
                     return
-            except Exception as exc:  # noqa: BLE001 - any failure just means "not ready yet"
+            except Exception as exc:  # any failure just means "not ready yet"
                 last_error = exc
             time.sleep(0.1)
         logs = "\n".join(f"--- {p.name} ({p.log}):\n{_tail(p.log)}" for p in self._procs)
@@ -474,8 +476,7 @@ class S3Server:
         )
 
     def _wait_master_leader(self) -> None:
-        deadline = time.monotonic() + self.ready_timeout
-        while time.monotonic() < deadline:
+        while time.monotonic() < self._deadline:
             self._check_alive()
             try:
                 with urllib.request.urlopen(f"{self._master_url}/cluster/status", timeout=2) as r:

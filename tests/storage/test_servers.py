@@ -3,6 +3,7 @@ leave nothing behind (processes, /tmp sockets, data) however they end."""
 
 from __future__ import annotations
 
+import ast
 import glob
 import os
 import signal
@@ -127,6 +128,20 @@ def test_stop_leaves_nothing_behind(how: str) -> None:
     _assert_cleaned_up(procs, ports, tmpdir, endpoint)
     assert srv.pid is None and not srv.running
     srv.stop()  # idempotent
+
+
+@pytest.mark.slow
+def test_servers_left_running_die_with_the_interpreter() -> None:
+    code = ("from storage.testing import S3Server; s = S3Server().start(); "
+            "print(s.pids, s.ports, s.tmpdir, s.endpoint_url, sep='|')")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=90, check=True).stdout
+    pids, ports, tmpdir, endpoint = out.strip().split("|")
+    assert not [pid for pid in ast.literal_eval(pids) if psutil.pid_exists(pid)
+                and psutil.Process(pid).name() in ("weed", "minio")]
+    assert _weed_sockets(ast.literal_eval(ports)) == []
+    assert not Path(tmpdir).exists()
+    assert _refuses_connections(endpoint)
 
 
 @pytest.mark.slow
