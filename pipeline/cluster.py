@@ -1,4 +1,10 @@
-"""Getting a Dask client: a LocalCluster by default, an existing scheduler by address."""
+"""Getting a Dask client: a LocalCluster by default, an existing scheduler by address.
+
+Cores are shared, never oversubscribed: each worker runs one task at a time, and the
+tokenizer's own thread pool (Rust rayon) in each worker gets ``tokenizer_threads`` threads, with
+``workers x tokenizer_threads <= cores`` by default. For a remote cluster, start workers with
+``--nthreads 1`` and ``RAYON_NUM_THREADS`` set the same way.
+"""
 
 from __future__ import annotations
 
@@ -8,27 +14,38 @@ from collections.abc import Iterator
 
 from distributed import Client, LocalCluster
 
-# Each worker runs one task at a time; the tokenizer's own thread pool must not fan out on top
-# of that, or N workers x N rayon threads fight over N cores.
-WORKER_ENV = {"RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-              "OMP_NUM_THREADS": "1", "MALLOC_TRIM_THRESHOLD_": "65536"}
+
+def worker_env(tokenizer_threads: int) -> dict[str, str]:
+    threads = str(tokenizer_threads)
+    return {"RAYON_NUM_THREADS": threads, "RAYON_RS_NUM_CPUS": threads,
+            "TOKENIZERS_PARALLELISM": "true" if tokenizer_threads > 1 else "false",
+            "OMP_NUM_THREADS": "1", "MALLOC_TRIM_THRESHOLD_": "65536"}
+
+
+#: the default, one tokenizer thread per worker (kept for callers of the skeleton's name)
+WORKER_ENV = worker_env(1)
 
 
 @contextlib.contextmanager
 def dask_client(n_workers: int, scheduler: str | None = None,
-                dashboard_address: str = "127.0.0.1:8787") -> Iterator[Client]:
+                dashboard_address: str = "127.0.0.1:8787", tokenizer_threads: int = 1,
+                adapt: tuple[int, int] | None = None) -> Iterator[Client]:
     """Yield a connected client; a LocalCluster we started is closed on exit.
 
     The LocalCluster binds the scheduler, the workers and the dashboard to 127.0.0.1: a
     dashboard shows file names and code, so it is not for the whole network unless asked.
+    With ``adapt=(lo, hi)`` it starts ``max(lo, 1)`` workers and lets Dask scale in between.
     """
     if scheduler:
         with Client(scheduler) as client:
             yield client
         return
     logging.getLogger("distributed").setLevel(logging.WARNING)
-    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+    start = max(adapt[0], 1) if adapt else n_workers
+    with LocalCluster(n_workers=start, threads_per_worker=1, processes=True,
                       host="127.0.0.1", dashboard_address=dashboard_address,
-                      worker_dashboard_address=None, env=WORKER_ENV,
+                      worker_dashboard_address=None, env=worker_env(tokenizer_threads),
                       silence_logs=logging.WARNING) as cluster, Client(cluster) as client:
+        if adapt:
+            cluster.adapt(minimum=adapt[0], maximum=adapt[1])
         yield client

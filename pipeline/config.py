@@ -1,31 +1,124 @@
-"""The pipeline's resolved configuration: what the flags say, with defaults filled in."""
+"""The pipeline's configuration: one dataclass that is the flags, the TOML keys and the manifest.
+
+Each field carries its help text; the CLI builds ``--flag-name`` for every field from it, and
+``--config pipeline.toml`` accepts the same names (``text-field`` or ``text_field``). What a
+run resolved — defaults, file and flags merged — is recorded in the manifest, minus the knobs
+that cannot change the bytes (workers, scheduler, retries) and minus anything secret.
+"""
 
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+import sys
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
-from storage import ReplicaSet
+from pipeline.cleaning import CleaningConfig
+from pipeline.readers import DEFAULT_MAX_RECORD_BYTES, ReadOptions
+from storage import ReplicaSet, display_url
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 DEFAULT_OUTPUT = "data/shakespeare"
 
 
+def _f(default: Any, help: str, *, manifest: bool = True, cli: bool = True,
+       metavar: str | None = None) -> Any:
+    meta = {"help": help, "manifest": manifest, "cli": cli, "metavar": metavar}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
 @dataclass
 class PipelineConfig:
-    inputs: list[str] = field(default_factory=list)
-    output: str = DEFAULT_OUTPUT
-    text_field: str = "text"
-    tokenizer: str = "gpt2"
-    workers: int = 0  # 0: one per core
-    scheduler: str | None = None
-    dashboard_address: str = "127.0.0.1:8787"
-    row_group_tokens: int = 256 * 1024
-    encode_batch_docs: int = 1024
-    storage_options: dict[str, Any] = field(default_factory=dict, repr=False)
-    replicas: list[str] = field(default_factory=list)
-    write_quorum: int | None = None
-    replica_options: list[dict[str, Any] | None] | None = field(default=None, repr=False)
+    # -- inputs ------------------------------------------------------------------------------
+    inputs: list[str] = _f([], "files or globs", cli=False)
+    text_field: str = _f("text", "JSONL/CSV/Parquet field holding the text")
+    id_field: str | None = _f(None, "field holding a document id (default: file:line, "
+                              "file@offset or file#row)")
+    partition_bytes: int = _f(16 << 20, "split uncompressed JSONL/text files into byte ranges "
+                              "(Parquet: row groups) of about this size; bounds worker memory")
+    max_record_bytes: int = _f(DEFAULT_MAX_RECORD_BYTES, "records (lines, paragraphs, fields) "
+                               "larger than this are quarantined as record_too_large")
+    strict: bool = _f(False, "stop at the first bad record, naming file and line, instead of "
+                      "quarantining it", manifest=False)
+    # -- cleaning ----------------------------------------------------------------------------
+    fix_mojibake: bool = _f(True, "repair mojibake (UTF-8 read as Latin-1/cp1252) with ftfy")
+    min_chars: int = _f(1, "drop documents shorter than this after cleaning (too_short)")
+    max_chars: int = _f(0, "drop documents longer than this after cleaning (0: no limit)")
+    min_alpha_frac: float = _f(0.0, "drop documents whose share of letters among visible "
+                               "characters is below this (low_alpha; 0: off)")
+    max_repeated_line_frac: float = _f(1.0, "drop documents whose share of repeated lines "
+                                       "exceeds this (repeated_lines; 1: off)")
+    # -- dedup -------------------------------------------------------------------------------
+    dedup: str = _f("exact", "'exact': drop documents whose cleaned text repeats an earlier one "
+                    "(the first by partition and position survives); 'none'")
+    near_dup: bool = _f(False, "also drop near-duplicates found by MinHash LSH")
+    minhash_perms: int = _f(128, "MinHash permutations (near-dup)")
+    minhash_bands: int = _f(16, "LSH bands; perms/bands rows each (near-dup)")
+    shingle_words: int = _f(5, "words per shingle (near-dup)")
+    dedup_buckets: int = _f(0, "hash buckets for the dedup shuffle (0: one per 256 MiB of "
+                            "input); never changes the result", manifest=False)
+    # -- tokenizer ---------------------------------------------------------------------------
+    tokenizer: str = _f("gpt2", "'gpt2', a tokenizer.json path, or train:VOCAB to train a "
+                        "byte-level BPE on a deterministic sample of the input")
+    eos_token: str | None = _f(None, "end-of-document token (default: by tokenizer kind, e.g. "
+                               "<|endoftext|>, </s>, [SEP])")
+    tokenizer_sample_bytes: int = _f(8 << 20, "train:VOCAB: bytes of cleaned text sampled, "
+                                     "spread evenly over the partitions")
+    tokenizer_threads: int = _f(1, "threads each worker's tokenizer uses; LocalCluster workers "
+                                "default to cores / this, so cores are never oversubscribed",
+                                manifest=False)
+    encode_batch_docs: int = _f(1024, "documents per encode_batch_fast call")
+    row_group_tokens: int = _f(256 * 1024, "tokens per Parquet row group (the loader's unit "
+                               "of reading)")
+    # -- execution ---------------------------------------------------------------------------
+    workers: int = _f(0, "LocalCluster worker processes (0: cores / --tokenizer-threads)",
+                      manifest=False)
+    adapt: str | None = _f(None, "adaptive LocalCluster scaling between MIN and MAX workers",
+                           manifest=False, metavar="MIN:MAX")
+    scheduler: str | None = _f(None, "address of a running Dask scheduler (tcp://host:8786) "
+                               "instead of starting a LocalCluster", manifest=False)
+    dashboard_address: str = _f("127.0.0.1:8787", "where the LocalCluster serves its dashboard "
+                                "(':0' picks a free port)", manifest=False)
+    retries: int = _f(2, "times Dask retries a failed task (a lost worker's tasks are "
+                      "rescheduled anyway)", manifest=False)
+    # -- output ------------------------------------------------------------------------------
+    output: str = _f(DEFAULT_OUTPUT, "dataset URL", manifest=False, cli=False)
+    storage_options: dict[str, Any] = _f({}, "fsspec options", manifest=False, cli=False)
+    replicas: list[str] = _f([], "other replicas", manifest=False, cli=False)
+    write_quorum: int | None = _f(None, "replicas each write must reach (default: all); a write "
+                                  "that meets the quorum but misses a replica is recorded for "
+                                  "`storage repair`", manifest=False)
+    replica_options: list[dict[str, Any] | None] | None = _f(None, "per-replica options",
+                                                            manifest=False, cli=False)
+
+    def __post_init__(self) -> None:
+        if self.dedup not in ("exact", "none"):
+            raise ValueError(f"dedup must be 'exact' or 'none', not {self.dedup!r}")
+        if self.partition_bytes < 1 or self.max_record_bytes < 1:
+            raise ValueError("partition_bytes and max_record_bytes must be positive")
+        if self.tokenizer_threads < 1:
+            raise ValueError("tokenizer_threads must be at least 1")
+        if self.adapt is not None:
+            self.adapt_range  # noqa: B018 - validates
+
+    @property
+    def adapt_range(self) -> tuple[int, int] | None:
+        if self.adapt is None:
+            return None
+        try:
+            lo, hi = (int(x) for x in self.adapt.split(":"))
+        except ValueError:
+            lo, hi = -1, -1
+        if not 0 <= lo <= hi or hi < 1:
+            raise ValueError(f"adapt {self.adapt!r}: expected MIN:MAX with 0 <= MIN <= MAX")
+        return lo, hi
 
     def output_store(self) -> ReplicaSet:
         """Where the dataset goes: ``output`` first, then each ``--replica``."""
@@ -36,16 +129,54 @@ class PipelineConfig:
 
     @property
     def n_workers(self) -> int:
-        return self.workers or os.cpu_count() or 1
+        return self.workers or max(1, (os.cpu_count() or 1) // self.tokenizer_threads)
+
+    @property
+    def read_options(self) -> ReadOptions:
+        return ReadOptions(self.text_field, self.id_field, self.max_record_bytes)
+
+    @property
+    def cleaning(self) -> CleaningConfig:
+        return CleaningConfig(self.fix_mojibake, self.min_chars, self.max_chars,
+                              self.min_alpha_frac, self.max_repeated_line_frac)
 
     def for_manifest(self) -> dict[str, Any]:
         """What the manifest records: the knobs that decide the output bytes.
 
-        Not the output URL (a dataset may be copied elsewhere), not worker counts or the
-        scheduler (they never change the result), and never storage options (credentials).
+        Not the output URL (a dataset may be copied elsewhere), not worker counts, scheduler or
+        retries (they never change the result), and never storage options (credentials).
         """
         d = asdict(self)
-        for key in ("output", "workers", "scheduler", "dashboard_address", "storage_options",
-                    "replicas", "write_quorum", "replica_options"):
-            d.pop(key)
-        return d
+        out = {f.name: d[f.name] for f in fields(self) if f.metadata.get("manifest", True)}
+        out["inputs"] = [display_url(u) for u in self.inputs]
+        return out
+
+
+def cli_fields() -> list[Any]:
+    """The fields that are flags (and TOML keys), in declaration order."""
+    return [f for f in fields(PipelineConfig) if f.metadata.get("cli", True)]
+
+
+def default_of(f: Any) -> Any:
+    return f.default if f.default is not MISSING else f.default_factory()
+
+
+#: keys a TOML file may hold beyond the flags
+FILE_ONLY_KEYS = {"inputs", "output", "storage_options", "replica", "replica_config"}
+
+
+def load_config_file(path: str) -> dict[str, Any]:
+    """``pipeline.toml`` as ``{field_name: value}``; unknown keys are an error, not ignored."""
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"--config {path}: {exc}") from None
+    known = {f.name for f in cli_fields()} | FILE_ONLY_KEYS
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = key.replace("-", "_")
+        if name not in known:
+            raise ValueError(f"--config {path}: unknown key {key!r} "
+                             f"(known: {', '.join(sorted(known))})")
+        out[name] = value
+    return out

@@ -1,23 +1,47 @@
-"""The pipeline job: plan partitions, run them on Dask, commit the manifest, summarise."""
+"""The pipeline job: plan partitions, run the two phases and the dedup shuffle on Dask, commit.
+
+Order of events, each safe to interrupt: the manifest of any earlier dataset at the output is
+removed; ``tokenizer.json`` is written; phase 1 and phase 2 leave markers under ``_work/`` (see
+``pipeline.work``); the manifest is written last, in partition order, from results that do not
+depend on timing; then ``_work/`` is removed. A rerun after a crash redoes only what has no
+marker, and produces the same bytes.
+"""
 
 from __future__ import annotations
 
+import json
+import math
 import sys
 import time
+import uuid
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TextIO
+from operator import getitem
+from typing import Any, TextIO
 
-from distributed import as_completed
+from distributed import Client, Future, as_completed
 
-from pipeline import tokenizing
+from pipeline import tokenizing, work
 from pipeline.cluster import dask_client
 from pipeline.config import PipelineConfig
+from pipeline.discovery import default_corpus, discover
+from pipeline.plan import Partition, plan_partitions
 from pipeline.progress import ProgressBar
+from pipeline.records import StrictModeError
 from pipeline.shards import SCHEMA_DESCRIPTION
-from pipeline.sources import default_corpus, discover
-from pipeline.stages import PartitionResult, process_partition
-from storage import MANIFEST, TOKENIZER, Manifest, TokenizerInfo, display_url
+from pipeline.stages import (
+    StageParams,
+    load_keys,
+    phase_one,
+    phase_two,
+    pick,
+    resolve_bucket,
+    sample_texts,
+)
+from storage import MANIFEST, TOKENIZER, Manifest, ReplicaSet, TokenizerInfo, display_url
+
+BUCKET_BYTES = 256 << 20
 
 
 @dataclass
@@ -33,6 +57,7 @@ class RunSummary:
     bytes: int
     wall_s: float
     dashboard: str | None = None
+    resumed: int = 0
     extra: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -44,7 +69,8 @@ class RunSummary:
             return ", ".join(f"{k}={v}" for k, v in sorted(d.items())) or "none"
         return "\n".join([
             f"dataset      {self.output}",
-            f"partitions   {self.partitions} -> {self.shards} shards",
+            f"partitions   {self.partitions} -> {self.shards} shards "
+            f"({self.resumed} phase-1 results reused from an earlier run)",
             f"documents    {self.docs_in} in, {self.docs_out} out",
             f"dropped      {reasons(self.dropped)}",
             f"quarantined  {reasons(self.quarantined)}",
@@ -56,76 +82,159 @@ class RunSummary:
 
 
 def build_manifest(cfg: PipelineConfig, tok: tokenizing.TokenizerSpec,
-                   results: list[PartitionResult]) -> Manifest:
-    """The manifest from the partition results, in partition order (never completion order)."""
-    results = sorted(results, key=lambda r: r.index)
+                   ones: list[work.PhaseOne], twos: list[work.PhaseTwo]) -> Manifest:
+    """The manifest from the results, in partition order (never completion order)."""
+    ones = sorted(ones, key=lambda r: r.index)
+    twos = sorted(twos, key=lambda r: r.index)
     dropped: Counter[str] = Counter()
+    changed: Counter[str] = Counter()
     quarantined: Counter[str] = Counter()
-    for r in results:
+    for r in ones:
         dropped.update(r.dropped)
+        changed.update(r.changed)
         quarantined.update(r.quarantined)
-    shards = tuple(r.shard for r in results if r.shard is not None)
+    for t in twos:
+        dropped.update(t.duplicates)
+    shards = tuple(t.shard for t in twos if t.shard is not None)
     stats = {
-        "documents_in": sum(r.docs_in for r in results),
-        "documents_out": sum(r.docs_out for r in results),
+        "documents_in": sum(r.docs_in for r in ones),
+        "documents_out": sum(s.rows for s in shards),
         "dropped": dict(sorted(dropped.items())),
+        "changed": dict(sorted(changed.items())),
         "quarantined": dict(sorted(quarantined.items())),
         "tokens": sum(s.tokens for s in shards),
         "bytes": sum(s.bytes for s in shards),
-        "partitions": len(results),
+        "partitions": len(ones),
     }
     return Manifest(
         tokenizer=TokenizerInfo(name=tok.name, path=TOKENIZER, sha256=tok.sha256,
                                 vocab_size=tok.vocab_size, eos_id=tok.eos_id,
                                 eos_token=tok.eos_token, bytes=len(tok.json.encode("utf-8"))),
         shards=shards, schema=dict(SCHEMA_DESCRIPTION), config=cfg.for_manifest(),
-        stats=stats,
-        quarantine=tuple(r.quarantine for r in results if r.quarantine),
+        stats=stats, quarantine=tuple(r.quarantine for r in ones if r.quarantine),
     )
 
 
+def _train_tokenizer(client: Client, cfg: PipelineConfig, parts: list[Partition],
+                     vocab: int) -> tokenizing.TokenizerSpec:
+    """Train on the first ``tokenizer_sample_bytes / P`` characters of every partition."""
+    quota = max(1, cfg.tokenizer_sample_bytes // max(1, len(parts)))
+    futures = [client.submit(sample_texts, p, cfg.read_options, cfg.cleaning, quota,
+                             cfg.storage_options, pure=False, retries=cfg.retries)
+               for p in parts]
+    texts = [t for f in futures for t in f.result()]  # partition order: deterministic
+    return tokenizing.train_bpe(texts, vocab)
+
+
+def _markers(scratch: ReplicaSet, paths: list[str]) -> list[dict[str, Any] | None]:
+    with ThreadPoolExecutor(8) as pool:
+        return list(pool.map(lambda p: work.get_json(scratch, p), paths))
+
+
+def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
+             tok: tokenizing.TokenizerSpec, parts: list[Partition], bar: ProgressBar,
+             total_bytes: int) -> tuple[list[work.PhaseOne], list[work.PhaseTwo], int]:
+    salt = json.dumps([cfg.for_manifest(), tok.sha256], sort_keys=True)
+    keys = [p.key(salt) for p in parts]
+    rkey = work.run_key(keys)
+    scratch = work.work_store(store)
+    done1 = _markers(scratch, [work.done1_path(k) for k in keys])
+    done2 = _markers(scratch, [work.done2_path(rkey, p.index) for p in parts])
+    params = StageParams(cfg.read_options, cfg.cleaning, cfg.dedup == "exact", cfg.near_dup,
+                         (cfg.minhash_perms, cfg.minhash_bands, cfg.shingle_words), tok.sha256,
+                         tok.eos_id, cfg.encode_batch_docs, cfg.strict, cfg.storage_options)
+    tag = uuid.uuid4().hex[:8]
+    opts: dict[str, Any] = {"pure": False, "retries": cfg.retries}
+
+    ones: dict[int, work.PhaseOne | Future] = {}
+    for p, k, d in zip(parts, keys, done1, strict=True):
+        ones[p.index] = (work.PhaseOne.from_dict(d) if d else
+                         client.submit(phase_one, p, k, store, params,
+                                       key=f"phase1-{p.index:05d}-{tag}", **opts))
+    todo2 = [p for p, d in zip(parts, done2, strict=True) if d is None]
+    twos: dict[int, work.PhaseTwo | Future] = {
+        p.index: work.PhaseTwo.from_dict(d) for p, d in zip(parts, done2, strict=True) if d}
+
+    dedup = cfg.dedup == "exact" or cfg.near_dup
+    buckets = cfg.dedup_buckets or max(1, min(64, math.ceil(total_bytes / BUCKET_BYTES)))
+    resolved: list[Future] = []
+    if dedup and todo2:
+        splits = [client.submit(load_keys, store, k, p.index, buckets, ones[p.index],
+                                key=f"keys-{p.index:05d}-{tag}", **opts)
+                  if isinstance(ones[p.index], Future) else
+                  client.submit(load_keys, store, k, p.index, buckets,
+                                key=f"keys-{p.index:05d}-{tag}", **opts)
+                  for p, k in zip(parts, keys, strict=True)]
+        for b in range(buckets):
+            pieces = [client.submit(getitem, s, b, key=f"piece-{i:05d}-{b}-{tag}", **opts)
+                      for i, s in enumerate(splits)]
+            resolved.append(client.submit(resolve_bucket, *pieces, key=f"bucket-{b}-{tag}",
+                                          **opts))
+    for p in todo2:
+        picked = [client.submit(pick, r, p.index, key=f"pick-{p.index:05d}-{b}-{tag}", **opts)
+                  for b, r in enumerate(resolved)]
+        after = ones[p.index] if isinstance(ones[p.index], Future) else None
+        twos[p.index] = client.submit(_phase_two_after, after, p.index, keys[p.index], rkey,
+                                      store, cfg.row_group_tokens, *picked,
+                                      key=f"phase2-{p.index:05d}-{tag}", **opts)
+
+    pending = [f for f in (*ones.values(), *twos.values()) if isinstance(f, Future)]
+    bar.update(2 * len(parts) - len(pending))
+    for fut in as_completed(pending):
+        result = fut.result()
+        if isinstance(result, work.PhaseOne) and result.error:
+            raise StrictModeError(result.error)
+        bar.update(1, result.tokens if isinstance(result, work.PhaseOne) else 0)
+        if isinstance(result, work.PhaseOne):
+            ones[result.index] = result
+        else:
+            twos[result.index] = result
+    resumed = sum(1 for d in done1 if d)
+    return list(ones.values()), list(twos.values()), resumed  # type: ignore[return-value]
+
+
+def _phase_two_after(_after: Any, *args: Any) -> work.PhaseTwo:
+    """Phase 2, ordered after this partition's phase 1 even when dedup is off."""
+    return phase_two(*args)
+
+
 def run(cfg: PipelineConfig, log: TextIO | None = None, progress: bool = True) -> RunSummary:
-    """Run the whole job and commit the dataset; returns the summary that the CLI prints."""
-    log = log or sys.stderr
     start = time.perf_counter()
-    if not cfg.inputs:
-        cfg.inputs = default_corpus()
-    partitions = discover(cfg.inputs, cfg.storage_options)
-    tok = tokenizing.load(cfg.tokenizer)
+    log = log or sys.stderr
+    files = discover(cfg.inputs or default_corpus(), cfg.storage_options)
+    parts = plan_partitions(files, cfg.partition_bytes)
+    total_bytes = sum(f.size for f in files)
+    vocab = tokenizing.trained_vocab(cfg.tokenizer)
+    tok = None if vocab else tokenizing.load(cfg.tokenizer, cfg.eos_token)
     store = cfg.output_store()
     # Un-commit any earlier dataset here first: while shards are rewritten, readers must not
     # see an old manifest pointing at new bytes.
     store.delete(MANIFEST)
     where = " + ".join(display_url(r.loc.url) for r in store.replicas)
-    print(f"shardflow: {len(partitions)} partitions -> {where} "
-          f"(tokenizer {tok.name}, vocab {tok.vocab_size})", file=log)
+    print(f"shardflow: {len(files)} files, {total_bytes:,} bytes -> {len(parts)} partitions "
+          f"-> {where}", file=log)
 
-    results: list[PartitionResult] = []
-    with dask_client(cfg.n_workers, cfg.scheduler, cfg.dashboard_address) as client:
+    with dask_client(cfg.n_workers, cfg.scheduler, cfg.dashboard_address,
+                     cfg.tokenizer_threads, cfg.adapt_range) as client:
         dashboard = client.dashboard_link
         n = len(client.scheduler_info(n_workers=-1).get("workers", {}))
         print(f"dask: {n} workers, dashboard {dashboard}", file=log)
-        tok_future = client.scatter(tok.json, broadcast=True, hash=True)
-        futures = [
-            client.submit(process_partition, part, store, tok_future, tok.eos_id,
-                          cfg.text_field, cfg.row_group_tokens, cfg.encode_batch_docs,
-                          cfg.storage_options, key=f"partition-{part.index:05d}-{tok.sha256[:8]}",
-                          pure=False)
-            for part in partitions
-        ]
-        bar = ProgressBar(len(futures), enabled=progress, stream=log)
-        for fut in as_completed(futures):
-            result: PartitionResult = fut.result()
-            results.append(result)
-            bar.update(1, result.tokens)
+        if vocab:
+            tok = _train_tokenizer(client, cfg, parts, vocab)
+        assert tok is not None
+        print(f"tokenizer: {tok.name} (vocab {tok.vocab_size}, eos {tok.eos_token!r})", file=log)
+        store.put(TOKENIZER, tok.json.encode("utf-8"))
+        bar = ProgressBar(2 * len(parts), label="tasks", enabled=progress, stream=log)
+        ones, twos, resumed = _execute(client, cfg, store, tok, parts, bar, total_bytes)
 
-    store.put(TOKENIZER, tok.json.encode("utf-8"))
-    manifest = build_manifest(cfg, tok, results)
+    manifest = build_manifest(cfg, tok, ones, twos)
     store.put(MANIFEST, manifest.to_json().encode("utf-8"))  # the commit: last, atomic
+    work.remove_work(store)
     stats = manifest.stats
     return RunSummary(
-        output=where, partitions=len(partitions), shards=len(manifest.shards),
+        output=where, partitions=len(parts), shards=len(manifest.shards),
         docs_in=stats["documents_in"], docs_out=stats["documents_out"],
         dropped=stats["dropped"], quarantined=stats["quarantined"], tokens=stats["tokens"],
         bytes=stats["bytes"], wall_s=time.perf_counter() - start, dashboard=dashboard,
+        resumed=resumed,
     )

@@ -49,14 +49,30 @@ def _list_array(ids: Sequence[np.ndarray]) -> pa.ListArray:
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=pa.int32()))
 
 
-def encode_shard(doc_ids: Sequence[str], ids: Sequence[np.ndarray], target_rg_tokens: int,
+def list_array(lengths: np.ndarray, values: np.ndarray) -> pa.ListArray:
+    """An Arrow ``list<int32>`` from per-row lengths and the flat values."""
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=pa.int32()))
+
+
+def shard_table(doc_ids: Sequence[str] | pa.Array, input_ids: pa.ListArray) -> pa.Table:
+    ids = doc_ids if isinstance(doc_ids, pa.Array) else pa.array(list(doc_ids), pa.string())
+    return pa.Table.from_arrays([ids, input_ids], schema=SCHEMA)
+
+
+def encode_table(table: pa.Table, target_rg_tokens: int,
                  path: str = "shard.parquet") -> tuple[bytes, ShardInfo]:
     """The Parquet bytes of one shard and its manifest entry.
 
     The entry locates each row group's ``input_ids`` column chunk (offset, length, sha256) and
-    the footer, so that a reader fetches and verifies exactly what it decodes.
+    the footer, so that a reader fetches and verifies exactly what it decodes. The table is
+    made contiguous first: the bytes must depend on the rows only, not on how they were chunked.
     """
-    counts = [len(a) for a in ids]
+    table = table.combine_chunks()
+    col = table.column("input_ids").chunk(0) if table.num_rows else None
+    counts = (np.diff(col.offsets.to_numpy()) if col is not None
+              else np.zeros(0, dtype=np.int64)).tolist()
     sink = pa.BufferOutputStream()
     bounds = row_group_bounds(counts, target_rg_tokens)
     # Token ids are stored plain (no dictionary: a 50k-entry dictionary buys nothing after
@@ -65,10 +81,7 @@ def encode_shard(doc_ids: Sequence[str], ids: Sequence[np.ndarray], target_rg_to
                           use_dictionary=["doc_id"], data_page_size=1 << 20,
                           write_statistics=False, store_schema=False) as writer:
         for lo, hi in bounds:
-            table = pa.Table.from_arrays(
-                [pa.array(list(doc_ids[lo:hi]), type=pa.string()), _list_array(ids[lo:hi])],
-                schema=SCHEMA)
-            writer.write_table(table, row_group_size=hi - lo)
+            writer.write_table(table.slice(lo, hi - lo), row_group_size=hi - lo)
     data = sink.getvalue().to_pybytes()
     meta = pq.ParquetFile(io.BytesIO(data)).metadata
     column = SCHEMA.get_field_index("input_ids")
@@ -81,11 +94,17 @@ def encode_shard(doc_ids: Sequence[str], ids: Sequence[np.ndarray], target_rg_to
         groups.append(RowGroupInfo(rows=hi - lo, tokens=int(sum(counts[lo:hi])), offset=start,
                                    length=length, sha256=digest_bytes(data[start:start + length])))
     footer_length = meta.serialized_size + 8
-    info = ShardInfo(path=path, rows=len(ids), tokens=int(sum(counts)), bytes=len(data),
+    info = ShardInfo(path=path, rows=table.num_rows, tokens=int(sum(counts)), bytes=len(data),
                      sha256=digest_bytes(data), row_groups=tuple(groups),
                      footer_length=footer_length,
                      footer_sha256=digest_bytes(data[len(data) - footer_length:]))
     return data, info
+
+
+def encode_shard(doc_ids: Sequence[str], ids: Sequence[np.ndarray], target_rg_tokens: int,
+                 path: str = "shard.parquet") -> tuple[bytes, ShardInfo]:
+    """:func:`encode_table` for documents given as one array of token ids each."""
+    return encode_table(shard_table(doc_ids, _list_array(ids)), target_rg_tokens, path)
 
 
 def write_shard(store: ReplicaSet, relative: str, doc_ids: Sequence[str],

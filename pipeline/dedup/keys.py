@@ -1,0 +1,73 @@
+"""Dedup keys of documents: content hashes and MinHash LSH band hashes, as NumPy records."""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from collections.abc import Sequence
+
+import numpy as np
+
+KIND_EXACT = 0
+KIND_NEAR = 1
+#: one key of one document: 128-bit key, where the document is, and what kind of key it is
+ENTRY = np.dtype([("k0", "<u8"), ("k1", "<u8"), ("part", "<u4"), ("pos", "<u4"),
+                  ("kind", "u1")])
+_MERSENNE = np.uint64((1 << 61) - 1)
+_MASK32 = np.uint64(0xFFFFFFFF)
+
+
+def content_key(text: str) -> bytes:
+    """16 bytes of BLAKE2b over the UTF-8 text: collisions are out of reach at any scale."""
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+
+
+class MinHasher:
+    """MinHash signatures over word shingles, cut into LSH bands.
+
+    Two documents with Jaccard similarity ``s`` share at least one band with probability
+    ``1 - (1 - s**rows)**bands``; 16 bands of 8 rows put the 50% point near s = 0.7. The
+    permutations come from a fixed seed, so every worker computes the same signatures.
+    """
+
+    def __init__(self, perms: int = 128, bands: int = 16, shingle_words: int = 5,
+                 seed: int = 1) -> None:
+        if perms % bands:
+            raise ValueError(f"minhash perms ({perms}) must be a multiple of bands ({bands})")
+        rng = np.random.default_rng(seed)
+        self.a = rng.integers(1, int(_MERSENNE), size=perms, dtype=np.uint64)
+        self.b = rng.integers(0, int(_MERSENNE), size=perms, dtype=np.uint64)
+        self.bands, self.rows, self.k = bands, perms // bands, shingle_words
+
+    def signature(self, text: str) -> np.ndarray:
+        words = text.lower().split() or [""]
+        wh = np.fromiter((zlib.crc32(w.encode("utf-8")) for w in words), dtype=np.uint64,
+                         count=len(words))
+        k = min(self.k, len(words))
+        # shingle hash: a polynomial of its word hashes (vectorised over all shingles)
+        sh = np.zeros(len(words) - k + 1, dtype=np.uint64)
+        for j in range(k):
+            sh = sh * np.uint64(1000003) + wh[j:len(words) - k + 1 + j]
+        sh &= _MASK32
+        with np.errstate(over="ignore"):
+            ph = (sh[:, None] * self.a[None, :] + self.b[None, :]) % _MERSENNE
+        return (ph & _MASK32).min(axis=0)
+
+    def band_keys(self, text: str) -> list[bytes]:
+        sig = self.signature(text).astype("<u4")
+        return [hashlib.blake2b(sig[i * self.rows:(i + 1) * self.rows].tobytes(),
+                                digest_size=16, salt=i.to_bytes(2, "little")).digest()
+                for i in range(self.bands)]
+
+
+def entries(keys: Sequence[bytes], positions: Sequence[int], kinds: Sequence[int],
+            part: int = 0) -> np.ndarray:
+    """Pack ``(key, position, kind)`` triples into an ``ENTRY`` array."""
+    out = np.zeros(len(keys), dtype=ENTRY)
+    if keys:
+        raw = np.frombuffer(b"".join(keys), dtype="<u8").reshape(-1, 2)
+        out["k0"], out["k1"] = raw[:, 0], raw[:, 1]
+        out["pos"] = np.asarray(positions, dtype=np.uint32)
+        out["kind"] = np.asarray(kinds, dtype=np.uint8)
+    out["part"] = part
+    return out

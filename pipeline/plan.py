@@ -1,0 +1,89 @@
+"""The partition plan: a pure function from the input files to units of work.
+
+Uncompressed JSONL and text files are cut into byte ranges of about ``target_bytes``; readers
+snap each range to record boundaries (a record belongs to the range holding its first byte),
+so every record lands in exactly one partition. Parquet files are cut between row groups.
+Compressed and CSV files cannot be entered in the middle: one partition each.
+
+The plan depends only on the sorted file list and ``target_bytes`` — never on the number of
+workers — so partition ``i`` and its shard always hold the same documents.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass
+
+from pipeline.discovery import InputFile
+
+SPLITTABLE = ("jsonl", "txt")
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One unit of work: bytes ``[start, end)`` of a file, or row groups ``[start, end)``.
+
+    ``end == -1`` means "to the end of the file" (unsplittable inputs).
+    """
+
+    index: int
+    url: str
+    fmt: str
+    compression: str | None
+    start: int
+    end: int
+    version: str = ""
+
+    @property
+    def whole_file(self) -> bool:
+        return self.start == 0 and self.end == -1
+
+    def key(self, salt: str) -> str:
+        """A name for this partition's work files: a hash of what it reads and how (``salt``).
+
+        The same partition under the same configuration maps to the same key across runs, which
+        is what lets a restarted driver find the work it already finished.
+        """
+        blob = json.dumps([asdict(self), salt], sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:24]
+
+
+def byte_ranges(size: int, target_bytes: int) -> list[tuple[int, int]]:
+    """``ceil(size / target)`` near-equal ranges covering ``[0, size)`` (one for empty files)."""
+    n = max(1, math.ceil(size / max(1, target_bytes)))
+    bounds = [size * i // n for i in range(n + 1)]
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
+
+
+def row_group_ranges(sizes: tuple[int, ...], target_bytes: int) -> list[tuple[int, int]]:
+    """Consecutive row groups, closed as soon as their bytes reach the target."""
+    if not sizes:
+        return [(0, -1)]
+    out: list[tuple[int, int]] = []
+    lo, acc = 0, 0
+    for i, s in enumerate(sizes):
+        acc += s
+        if acc >= target_bytes:
+            out.append((lo, i + 1))
+            lo, acc = i + 1, 0
+    if lo < len(sizes):
+        out.append((lo, len(sizes)))
+    return out
+
+
+def plan_partitions(files: list[InputFile], target_bytes: int) -> list[Partition]:
+    """Partitions in file order, then in offset order within a file."""
+    parts: list[Partition] = []
+    for f in files:
+        if f.fmt in SPLITTABLE and f.compression is None:
+            ranges = byte_ranges(f.size, target_bytes)
+        elif f.fmt == "parquet":
+            ranges = row_group_ranges(f.row_groups, target_bytes)
+        else:
+            ranges = [(0, -1)]
+        for start, end in ranges:
+            parts.append(Partition(len(parts), f.url, f.fmt, f.compression, start, end,
+                                   f.version))
+    return parts

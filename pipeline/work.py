@@ -1,0 +1,127 @@
+"""Work files under ``_work/`` in the output: what makes a killed driver's rerun cheap.
+
+Phase 1 of a partition (parse → clean → tokenize) leaves its tokenized rows, its dedup keys
+and, written last, a ``done`` marker, all named by the partition's key (a hash of what it
+reads and of the configuration). Phase 2 (drop duplicates → final shard) leaves a marker named
+by the run key (a hash of every partition key), because which rows it drops depends on the
+whole input. A rerun of the same command finds the markers and redoes only what is missing.
+Work files live on the primary replica only and are deleted once the manifest is committed;
+readers never see them (the manifest is the index).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from storage import ObjectInfo, ReplicaSet, ShardInfo
+
+WORK_DIR = "_work"
+
+
+@dataclass
+class PhaseOne:
+    """What phase 1 of one partition found: counts, and where its work files are."""
+
+    index: int
+    key: str
+    docs_in: int = 0
+    rows: int = 0
+    tokens: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    changed: dict[str, int] = field(default_factory=dict)
+    quarantined: dict[str, int] = field(default_factory=dict)
+    quarantine: ObjectInfo | None = None
+    resumed: bool = False
+    #: ``--strict`` only: the first bad record, which stops the run (nothing was written)
+    error: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PhaseOne:
+        q = d.get("quarantine")
+        return cls(**{**d, "quarantine": ObjectInfo(**q) if q else None, "resumed": True})
+
+
+@dataclass
+class PhaseTwo:
+    index: int
+    shard: ShardInfo | None
+    duplicates: dict[str, int] = field(default_factory=dict)
+    resumed: bool = False
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PhaseTwo:
+        s = d.get("shard")
+        return cls(d["index"], ShardInfo.from_dict(s) if s else None, d.get("duplicates", {}),
+                   resumed=True)
+
+
+def rows_path(key: str) -> str:
+    return f"{WORK_DIR}/p1/{key}.rows.parquet"
+
+
+def keys_path(key: str) -> str:
+    return f"{WORK_DIR}/p1/{key}.keys.npy"
+
+
+def done1_path(key: str) -> str:
+    return f"{WORK_DIR}/p1/{key}.done.json"
+
+
+def done2_path(run_key: str, index: int) -> str:
+    return f"{WORK_DIR}/p2/{run_key}/part-{index:05d}.done.json"
+
+
+def run_key(partition_keys: list[str]) -> str:
+    return hashlib.sha256("\n".join(partition_keys).encode()).hexdigest()[:24]
+
+
+def work_store(store: ReplicaSet) -> ReplicaSet:
+    """The primary replica alone: work files are scratch, not worth a quorum write."""
+    return ReplicaSet([store.replicas[0].loc])
+
+
+def put_json(store: ReplicaSet, relative: str, obj: Any) -> None:
+    store.put(relative, json.dumps(obj, sort_keys=True).encode())
+
+
+def get_json(store: ReplicaSet, relative: str) -> dict[str, Any] | None:
+    """A marker, or ``None`` when absent or unreadable (then the work is simply redone)."""
+    try:
+        return json.loads(store.get(relative))
+    except (FileNotFoundError, ValueError):
+        return None
+    except OSError:
+        return None
+
+
+def marker(obj: PhaseOne | PhaseTwo) -> dict[str, Any]:
+    d = asdict(obj)
+    d.pop("resumed")
+    return d
+
+
+def save_array(store: ReplicaSet, relative: str, arr: np.ndarray) -> None:
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    store.put(relative, buf.getvalue())
+
+
+def load_array(store: ReplicaSet, relative: str) -> np.ndarray:
+    return np.load(io.BytesIO(store.get(relative)), allow_pickle=False)
+
+
+def remove_work(store: ReplicaSet) -> None:
+    """Delete ``_work/`` everywhere it may be (best effort: leftovers are harmless)."""
+    for replica in store.replicas:
+        try:
+            path = replica.loc.path(WORK_DIR)
+            if replica.loc.fs.exists(path):
+                replica.loc.fs.rm(path, recursive=True)
+        except Exception:  # noqa: S110 - a failed cleanup must not fail a committed run
+            pass

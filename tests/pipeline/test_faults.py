@@ -1,0 +1,122 @@
+"""Killed workers, a killed driver, adaptive scaling: the result is byte-identical anyway.
+
+Real processes are killed with SIGKILL mid-run; each result is compared with an undisturbed
+run with another number of workers.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import psutil
+import pytest
+
+from pipeline.config import PipelineConfig
+from pipeline.job import run
+from storage import read_manifest
+from tests.conftest import shakespeare_texts
+from tests.pipeline._procs import (
+    ENV,
+    REPO,
+    dask_cluster,
+    done_markers,
+    kill_tree,
+    pipeline_cmd,
+    wait_for,
+)
+
+PARTITION = "100000"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """~2.5 MB of JSONL from real plays (with their natural duplicate paragraphs)."""
+    root = tmp_path_factory.mktemp("fault_corpus")
+    for name in ("hamlet_gut.txt", "macbeth_gut.txt", "othello_gut.txt", "lear_gut.txt"):
+        paras = [p for p in (shakespeare_texts() / name).read_text().split("\n\n") if p.strip()]
+        lines = [json.dumps({"text": p, "id": f"{name}-{i}"}) for i, p in enumerate(paras)]
+        lines = lines * 3  # exact duplicates across partitions: the survivor must not vary
+        (root / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def reference(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("reference") / "ds"
+    run(PipelineConfig(inputs=[str(corpus / "*.jsonl")], output=str(out), workers=1,
+                       id_field="id", partition_bytes=int(PARTITION),
+                       dashboard_address="127.0.0.1:0"), progress=False)
+    return out
+
+
+def assert_identical(ds: Path, ref: Path) -> None:
+    assert (ds / "manifest.json").read_bytes() == (ref / "manifest.json").read_bytes()
+    m = read_manifest(str(ref))
+    assert len(m.shards) > 10
+    for obj in [*m.shards, *m.quarantine]:
+        assert (ds / obj.path).read_bytes() == (ref / obj.path).read_bytes()
+    assert not (ds / "_work").exists()
+
+
+def _args(corpus: Path, out: Path) -> list[str]:
+    return [str(corpus / "*.jsonl"), "--output", str(out), "--id-field", "id",
+            "--partition-bytes", PARTITION]
+
+
+def test_killed_driver_rerun_redoes_only_unfinished_partitions(
+        corpus: Path, reference: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ds"
+    cmd = pipeline_cmd(*_args(corpus, out), "--workers", "2")
+    proc = subprocess.Popen(cmd, cwd=REPO, env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: len(done_markers(out)) >= 3 or proc.poll() is not None, 120,
+                 "three finished partitions")
+        assert proc.poll() is None, "the run ended before the kill: it proved nothing"
+        kill_tree(proc.pid)  # the driver and the LocalCluster it started, like a lost machine
+    finally:
+        kill_tree(proc.pid)
+    finished = len(done_markers(out))
+    assert not (out / "manifest.json").exists()
+    assert 3 <= finished < 26
+
+    again = subprocess.run(pipeline_cmd(*_args(corpus, out), "--workers", "1"), cwd=REPO,
+                           env=ENV, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    reused = int(again.stdout.split("shards (")[1].split()[0])
+    assert reused >= finished  # every partition finished before the kill was not redone
+    assert_identical(out, reference)
+
+
+def test_killed_worker_on_a_separate_dask_cluster(corpus: Path, reference: Path,
+                                                  tmp_path: Path) -> None:
+    out = tmp_path / "ds"
+    with dask_cluster(tmp_path, workers=2) as cluster:
+        proc = subprocess.Popen(pipeline_cmd(*_args(corpus, out), "--scheduler",
+                                             cluster.address, "--retries", "1"),
+                                cwd=REPO, env=ENV, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: len(done_markers(out)) >= 2 or proc.poll() is not None, 120,
+                     "two finished partitions")
+            assert proc.poll() is None, "the run ended before the kill: it proved nothing"
+            victim = cluster.workers[0]
+            kill_tree(victim.pid)
+            assert not psutil.pid_exists(victim.pid) or \
+                psutil.Process(victim.pid).status() == psutil.STATUS_ZOMBIE
+            stdout, stderr = proc.communicate(timeout=300)
+        finally:
+            kill_tree(proc.pid)
+        assert proc.returncode == 0, stderr
+        assert "dask: 2 workers" in stderr
+    assert_identical(out, reference)
+
+
+def test_adaptive_local_cluster(corpus: Path, reference: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ds"
+    run(PipelineConfig(inputs=[str(corpus / "*.jsonl")], output=str(out), adapt="1:2",
+                       id_field="id", partition_bytes=int(PARTITION),
+                       dashboard_address="127.0.0.1:0"), progress=False)
+    assert_identical(out, reference)
