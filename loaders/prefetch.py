@@ -38,11 +38,24 @@ def group_schedule(reader: TokenReader, samples: np.ndarray,
     return first, last, order, last_use
 
 
+def fetch_units(reader: TokenReader, order: list[int], max_groups: int) -> list[list[int]]:
+    """Runs of ``order`` that are neighbours in one shard: each is fetched with one GET."""
+    units: list[list[int]] = []
+    for g in order:
+        if (units and len(units[-1]) < max_groups and g == units[-1][-1] + 1
+                and reader.index.shard_of[g] == reader.index.shard_of[units[-1][-1]]):
+            units[-1].append(g)
+        else:
+            units.append([g])
+    return units
+
+
 class PrefetchingWindows:
     """Iterate the token windows of ``samples`` in order, with row groups read ahead."""
 
     def __init__(self, reader: TokenReader, samples: np.ndarray, seq_len: int,
-                 lookahead: int = 8, threads: int = 4) -> None:
+                 lookahead: int = 8, threads: int = 4, max_unit_groups: int = 8) -> None:
+        self.max_unit_groups = max_unit_groups
         self.reader = reader
         self.samples = samples
         self.seq_len = seq_len
@@ -55,8 +68,12 @@ class PrefetchingWindows:
         first, last, order, last_use = group_schedule(reader, self.samples, self.seq_len)
         starts_of = reader.index.starts
         position = {g: k for k, g in enumerate(order)}
-        resident: dict[int, Future[np.ndarray]] = {}
+        units = fetch_units(reader, order, self.max_unit_groups)
+        unit_at = {}  # position in `order` of a unit's first group -> unit
+        resident: dict[int, Future[dict[int, np.ndarray]]] = {}
         next_fetch = 0
+        for unit in units:
+            unit_at[position[unit[0]]] = unit
         with ThreadPoolExecutor(self.threads, thread_name_prefix="shardflow-read") as pool:
             try:
                 for i, sample in enumerate(self.samples.tolist()):
@@ -64,19 +81,21 @@ class PrefetchingWindows:
                     need = max(position[g] for g in range(int(first[i]), int(last[i]) + 1))
                     horizon = need + self.lookahead
                     while next_fetch < len(order) and next_fetch <= horizon:
-                        g = order[next_fetch]
-                        resident[g] = pool.submit(reader.fetch_group, g)
-                        next_fetch += 1
+                        unit = unit_at[next_fetch]
+                        fut = pool.submit(reader.fetch_groups, unit)
+                        for g in unit:
+                            resident[g] = fut
+                        next_fetch += len(unit)
                     start, stop = plan.sample_span(sample, self.seq_len)
                     parts = []
                     for g in range(int(first[i]), int(last[i]) + 1):
                         fut = resident[g]
                         if not fut.done():
                             t0 = time.perf_counter()
-                            arr = fut.result()
+                            arr = fut.result()[g]
                             self.wait_s += time.perf_counter() - t0
                         else:
-                            arr = fut.result()
+                            arr = fut.result()[g]
                         g0 = int(starts_of[g])
                         parts.append(arr[max(start - g0, 0):min(stop - g0, len(arr))])
                         if last_use[g] == i:

