@@ -6,6 +6,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-RESULTS = Path(__file__).resolve().parent / "results"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -26,6 +29,19 @@ def median(xs: list[float]) -> float:
     return float(statistics.median(xs))
 
 
+def run_child(args: list[str], threads: int) -> dict[str, Any]:
+    """Run ``python <script> args`` with ``threads`` tokenizer threads; its last stdout line
+    is a JSON object. A fresh process per measurement: rayon's pool is sized once per process."""
+    env = {**os.environ, "RAYON_NUM_THREADS": str(threads), "OMP_NUM_THREADS": "1",
+           "TOKENIZERS_PARALLELISM": "true" if threads > 1 else "false",
+           "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True,
+                         cwd=ROOT, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"{args} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def machine() -> dict[str, Any]:
     return {"cpus": os.cpu_count(), "python": platform.python_version(),
             "platform": platform.platform()}
@@ -34,7 +50,8 @@ def machine() -> dict[str, Any]:
 def write_results(name: str, results: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps({"machine": machine(), **results}, indent=2, sort_keys=True))
+    path.write_text(json.dumps({"machine": machine(), **results}, indent=1, sort_keys=True)
+                    + "\n")
     return path
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import RESULTS, machine, median, run_child, write_results  # noqa: E402
+from benchmarks.bench_utils import RESULTS, machine, median, run_child, write_results  # noqa: E402
 
 CORPUS_DIR = Path(__file__).resolve().parents[1] / "data" / "bench_corpus"
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from pipeline.discovery import InputFile
@@ -57,20 +58,27 @@ def byte_ranges(size: int, target_bytes: int) -> list[tuple[int, int]]:
     return list(zip(bounds[:-1], bounds[1:], strict=True))
 
 
-def row_group_ranges(sizes: tuple[int, ...], target_bytes: int) -> list[tuple[int, int]]:
-    """Consecutive row groups, closed as soon as their bytes reach the target."""
-    if not sizes:
-        return [(0, -1)]
+def close_at_target(sizes: Sequence[int], target: int) -> list[tuple[int, int]]:
+    """Split items into consecutive ``[lo, hi)`` groups, each closed once it reaches ``target``.
+
+    Groups hold at least the target (except the last) and at most the target plus one item.
+    Used for Parquet input row groups (by bytes) and output row groups (by tokens).
+    """
     out: list[tuple[int, int]] = []
     lo, acc = 0, 0
     for i, s in enumerate(sizes):
         acc += s
-        if acc >= target_bytes:
+        if acc >= target:
             out.append((lo, i + 1))
             lo, acc = i + 1, 0
     if lo < len(sizes):
         out.append((lo, len(sizes)))
     return out
+
+
+def row_group_ranges(sizes: tuple[int, ...], target_bytes: int) -> list[tuple[int, int]]:
+    """Consecutive row groups, closed as soon as their bytes reach the target."""
+    return close_at_target(sizes, target_bytes) if sizes else [(0, -1)]
 
 
 def plan_partitions(files: list[InputFile], target_bytes: int) -> list[Partition]:

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.plan import close_at_target
 from storage import ObjectInfo, ReplicaSet, RowGroupInfo, ShardInfo, digest_bytes
 
 SCHEMA = pa.schema([
@@ -24,21 +25,8 @@ SCHEMA_DESCRIPTION = {"doc_id": "string", "input_ids": "list<int32>"}
 
 
 def row_group_bounds(token_counts: Sequence[int], target_tokens: int) -> list[tuple[int, int]]:
-    """Split documents into consecutive row groups of about ``target_tokens`` tokens each.
-
-    A row group closes as soon as it reaches the target, so groups hold at least the target
-    (except the last) and at most the target plus one document.
-    """
-    bounds: list[tuple[int, int]] = []
-    start, acc = 0, 0
-    for i, n in enumerate(token_counts):
-        acc += n
-        if acc >= target_tokens:
-            bounds.append((start, i + 1))
-            start, acc = i + 1, 0
-    if start < len(token_counts):
-        bounds.append((start, len(token_counts)))
-    return bounds
+    """Split documents into consecutive row groups of about ``target_tokens`` tokens each."""
+    return close_at_target(token_counts, target_tokens)
 
 
 def _list_array(ids: Sequence[np.ndarray]) -> pa.ListArray:
