@@ -8,6 +8,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Timing is not what property tests check: on a loaded 2-core machine a slow example must not
+# fail as "deadline exceeded".
+settings.register_profile("shardflow", deadline=None)
+settings.load_profile("shardflow")
 
 pytest_plugins = ["storage.testing.pytest_plugin"]
 
