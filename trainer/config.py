@@ -45,6 +45,14 @@ class TrainConfig:
     run_dir: str | None = None
     device: str = "auto"
     dtype: str = "auto"
+    global_batch_size: int | None = None
+    checkpoint_dir: str | None = None
+    checkpoint_storage_options: dict[str, Any] | None = None
+    checkpoint_every: int = 100
+    keep: int = 3
+    resume: str = "auto"
+    async_checkpoint: bool = False
+    deterministic: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,6 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seq-len", type=_positive_int, default=None, help=preset("seq_len"))
     d.add_argument("--batch-size", type=_positive_int, default=None,
                    help="sequences per step per rank; " + preset("batch_size"))
+    d.add_argument("--global-batch-size", type=_positive_int, default=None,
+                   help="sequences per optimizer step over all ranks; the per-rank batch is "
+                        "this / world size (an error if it does not divide). Fix it to resume "
+                        "on another number of processes with the same training dynamics; "
+                        "overrides --batch-size")
 
     m = p.add_argument_group("model")
     m.add_argument("--layers", type=_positive_int, default=None, help=preset("layers"))
@@ -137,9 +150,33 @@ def build_parser() -> argparse.ArgumentParser:
                         "supported, else float32")
     r.add_argument("--log-every", type=_positive_int, default=10, metavar="K",
                    help="log a metrics line every K steps (and at the last step)")
+    r.add_argument("--deterministic", action="store_true",
+                   help="torch.use_deterministic_algorithms(True) (and a fixed cuBLAS "
+                        "workspace on CUDA): bitwise-reproducible runs and resumes, a little "
+                        "slower")
     r.add_argument("--run-dir", default=None, metavar="DIR",
                    help="where config.json, metrics.jsonl and the per-rank sample digests "
                         "go (default: runs/<timestamp>)")
+
+    c = p.add_argument_group("checkpoints")
+    c.add_argument("--checkpoint-dir", default=None, metavar="URL",
+                   help="where checkpoints go: a directory or any fsspec URL (s3://...); "
+                        "unset = no checkpoints")
+    c.add_argument("--checkpoint-storage-options", type=_json_object, default=None,
+                   metavar="JSON", help="fsspec options for --checkpoint-dir (default: "
+                                        "--storage-options)")
+    c.add_argument("--checkpoint-every", type=_positive_int, default=100, metavar="N",
+                   help="save every N steps (and at the last step)")
+    c.add_argument("--keep", type=_positive_int, default=3, metavar="K",
+                   help="keep the newest K complete checkpoints")
+    c.add_argument("--resume", default="auto", metavar="auto|PATH|none",
+                   help="auto: the newest complete checkpoint in --checkpoint-dir, if any "
+                        "(what a torchrun restart needs); PATH: that checkpoint; none: start "
+                        "afresh")
+    c.add_argument("--async-checkpoint", action="store_true",
+                   help="save with dcp.async_save: training continues while the shards are "
+                        "written; the checkpoint is marked complete at the next save or at "
+                        "the end")
     return p
 
 
@@ -167,4 +204,19 @@ def resolve(cfg: TrainConfig, device_type: str, bf16_supported: bool) -> TrainCo
         raise ConfigError(f"--width ({cfg.width}) must be divisible by --heads ({cfg.heads})")
     if not 0.0 <= cfg.min_lr_ratio <= 1.0:
         raise ConfigError(f"--min-lr-ratio must be in [0, 1], got {cfg.min_lr_ratio}")
+    if cfg.checkpoint_storage_options is None and cfg.storage_options is not None:
+        cfg = replace(cfg, checkpoint_storage_options=cfg.storage_options)
     return cfg
+
+
+def resolve_batch(cfg: TrainConfig, world_size: int) -> TrainConfig:
+    """Per-rank batch from ``--global-batch-size`` (once the world size is known), or the
+    global batch from the per-rank one. The global batch is what a resume on another world
+    size keeps: the loader then re-deals the rest of the epoch at the new per-rank size."""
+    if cfg.global_batch_size is None:
+        assert cfg.batch_size is not None, "resolve() first"
+        return replace(cfg, global_batch_size=cfg.batch_size * world_size)
+    if cfg.global_batch_size % world_size:
+        raise ConfigError(f"--global-batch-size {cfg.global_batch_size} is not divisible by "
+                          f"the world size {world_size}")
+    return replace(cfg, batch_size=cfg.global_batch_size // world_size)

@@ -131,8 +131,8 @@ class JsonlWriter:
     """Append JSON lines, flushed per record, so a crashed run still leaves its metrics."""
 
     def __init__(self, path: str | os.PathLike[str], mode: str = "w") -> None:
-        # "w" while runs cannot resume: re-using a run dir starts its logs afresh instead of
-        # mixing two runs in one file. Resume will open with "a".
+        # "w" for a fresh run (re-using a run dir starts its logs afresh instead of mixing two
+        # runs in one file); "a" for a resumed one, after truncate_jsonl.
         self.path = os.fspath(path)
         self._f: TextIO = open(self.path, mode, encoding="utf-8")  # noqa: SIM115
 
@@ -153,3 +153,27 @@ class JsonlWriter:
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def truncate_jsonl(path: str | os.PathLike[str], last_step: int) -> int:
+    """Drop records with ``step > last_step`` (rewritten atomically); returns how many.
+
+    A resumed run repeats the steps after its checkpoint: the records a killed run wrote for
+    them describe work that was thrown away, so they go before the resumed run appends.
+    """
+    if not os.path.exists(path):
+        return 0
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut short by the kill: that step is redone
+                continue
+    kept = [r for r in records if r.get("step", 0) <= last_step]
+    tmp = f"{os.fspath(path)}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for r in kept:
+            f.write(json.dumps(r, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    return len(records) - len(kept)
