@@ -108,6 +108,37 @@ class RunTotals:
         }
 
 
+#: Dense bf16 peak FLOP/s per accelerator, from the vendors' data sheets (no sparsity).
+PEAK_BF16_FLOPS: dict[str, float] = {
+    "H200": 989e12, "H100": 989e12, "GH200": 989e12, "A100": 312e12, "A10G": 125e12,
+    "L40S": 362e12, "L4": 121e12, "B200": 2250e12, "MI300X": 1307e12,
+}
+
+
+def peak_flops(device_name: str | None) -> float | None:
+    """Peak dense bf16 FLOP/s for a device name as CUDA reports it (``NVIDIA H100 80GB HBM3``),
+    or None when unknown (CPUs included: MFU is only reported where the peak is known)."""
+    if not device_name:
+        return None
+    name = device_name.upper()
+    for key in sorted(PEAK_BF16_FLOPS, key=len, reverse=True):  # GH200 before H200
+        if key in name:
+            return PEAK_BF16_FLOPS[key]
+    return None
+
+
+def mfu(tokens_per_s: float, flops_per_token: float, world_size: int,
+        peak: float | None) -> float | None:
+    """Model FLOPs utilisation: achieved training FLOP/s over the peak of all devices."""
+    if peak is None or peak <= 0 or world_size <= 0:
+        return None
+    return tokens_per_s * flops_per_token / (peak * world_size)
+
+
+#: Loader counters in the metrics records, and how they combine over ranks.
+LOADER_KEYS = {"bytes_read": "sum", "wait_s": "max", "samples_per_s": "sum", "failovers": "sum"}
+
+
 def format_record(rec: dict[str, Any]) -> str:
     """The one human-readable line per logging interval."""
     return (
@@ -116,6 +147,7 @@ def format_record(rec: dict[str, Any]) -> str:
         f"| step {rec['step_time_s'] * 1000:.1f} ms "
         f"| data-wait {100 * rec['data_wait_frac']:.1f}% (max rank "
         f"{100 * rec['data_wait_frac_max']:.1f}%) | epoch {rec['epoch']}"
+        + (f" | MFU {100 * rec['mfu']:.1f}%" if rec.get("mfu") is not None else "")
     )
 
 

@@ -36,12 +36,15 @@ from trainer.distributed import (
     init_distributed,
 )
 from trainer.metrics import (
+    LOADER_KEYS,
     IntervalMeter,
     IntervalStats,
     JsonlWriter,
     RunTotals,
     format_record,
     format_summary,
+    mfu,
+    peak_flops,
     truncate_jsonl,
 )
 from trainer.model import GPT, GPTConfig
@@ -171,6 +174,9 @@ def train(
     metrics = JsonlWriter(run_dir / "metrics.jsonl", mode) if info.is_main else None
     samples = SampleLog(run_dir, info.rank, mode)
     meter, totals = IntervalMeter(), RunTotals()
+    flops_per_token = model.flops_per_token(cfg.seq_len)
+    peak = peak_flops(torch.cuda.get_device_name(info.device)) \
+        if info.device.type == "cuda" else None
     loss_sum = torch.zeros((), device=info.device)  # on device: no host sync per step
     grad_norm = torch.zeros((), device=info.device)
     lr = 0.0
@@ -201,9 +207,11 @@ def train(
             step_end = now
 
             if step % cfg.log_every == 0 or step == cfg.steps:
-                stats, record = reduce_interval(meter, loss_sum, info)
+                stats, record = reduce_interval(meter, loss_sum, info, loader_metrics(loader))
                 record.update(step=step, total_steps=cfg.steps, lr=lr, epoch=stream.epoch,
-                              grad_norm=float(grad_norm))
+                              grad_norm=float(grad_norm),
+                              mfu=mfu(record["tokens_per_s"], flops_per_token,
+                                      info.world_size, peak))
                 totals.add(stats, record["loss"], record["data_wait_frac"])
                 loss_sum.zero_()
                 if metrics is not None:
@@ -335,19 +343,40 @@ def train_step(
     return loss.detach(), grad_norm.detach()
 
 
-def reduce_interval(meter: IntervalMeter, loss_sum: torch.Tensor, info: DistInfo
+def loader_metrics(loader: EpochLoader) -> dict[str, float]:
+    """The loader's own read counters (``loader.metrics()``: cumulative for this process
+    since it started, so since the last restart), where the loader has them."""
+    get = getattr(loader, "metrics", None)
+    if get is None:
+        return {}
+    values = get()
+    return {k: float(values.get(k, 0.0)) for k in LOADER_KEYS}
+
+
+def reduce_interval(meter: IntervalMeter, loss_sum: torch.Tensor, info: DistInfo,
+                    loader: dict[str, float] | None = None
                     ) -> tuple[IntervalStats, dict[str, Any]]:
     """Close a logging interval: loss averaged over its steps and over ranks, data wait as
     the mean and the max over ranks (one slow rank stalls all of them at the next gradient
-    all-reduce, so the max is the number to watch). Collective: every rank must call it."""
+    all-reduce, so the max is the number to watch), the loader's counters summed over ranks
+    (the wait: the max). Collective: every rank must call it, with the same keys."""
     stats = meter.flush()
     device = loss_sum.device
-    sums = torch.stack([loss_sum.to(torch.float64),
-                        torch.tensor(stats.data_wait_frac, dtype=torch.float64, device=device)])
+    loader = loader or {}
+    sum_keys = [k for k in LOADER_KEYS if k in loader and LOADER_KEYS[k] == "sum"]
+    max_keys = [k for k in LOADER_KEYS if k in loader and LOADER_KEYS[k] == "max"]
+    sums = torch.tensor([float(loss_sum), stats.data_wait_frac,
+                         *(loader[k] for k in sum_keys)], dtype=torch.float64, device=device)
     all_reduce(sums, "sum")
-    wait_max = torch.tensor([stats.data_wait_frac], dtype=torch.float64, device=device)
-    all_reduce(wait_max, "max")
+    maxes = torch.tensor([stats.data_wait_frac, *(loader[k] for k in max_keys)],
+                         dtype=torch.float64, device=device)
+    all_reduce(maxes, "max")
+    wait_max = maxes[:1]
     ws = info.world_size
+    extra = {f"loader_{k}": float(v) for k, v in zip(sum_keys, sums[2:].tolist(),
+                                                      strict=True)}
+    extra.update({f"loader_{k}": float(v) for k, v in zip(max_keys, maxes[1:].tolist(),
+                                                          strict=True)})
     return stats, {
         "loss": float(sums[0]) / (stats.steps * ws),
         "tokens_per_s": stats.tokens_per_s,
@@ -358,6 +387,7 @@ def reduce_interval(meter: IntervalMeter, loss_sum: torch.Tensor, info: DistInfo
         "interval_s": stats.seconds,
         "interval_wait_s": stats.wait_seconds,
         "tokens": stats.tokens,
+        **extra,
     }
 
 
