@@ -24,6 +24,7 @@ class DistInfo:
     local_rank: int
     device: torch.device
     backend: str | None
+    local_world_size: int = 1  # ranks on this node (torchrun's LOCAL_WORLD_SIZE)
 
     @property
     def is_main(self) -> bool:
@@ -64,7 +65,8 @@ def init_distributed(device_preference: str = "auto") -> DistInfo:
     else:
         backend = "gloo"
         dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size)
-    return DistInfo(rank, world_size, local_rank, device, backend)
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
+    return DistInfo(rank, world_size, local_rank, device, backend, local_world)
 
 
 def attempt_store(rank: int, world_size: int) -> dist.Store:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from trainer.checkpoint import Checkpointer, load_checkpoint
 from trainer.config import ConfigError, TrainConfig, resolve, resolve_batch
@@ -49,7 +50,7 @@ from trainer.metrics import (
 )
 from trainer.model import GPT, GPTConfig
 from trainer.optim import build_optimizer
-from trainer.parallelize import parallelize
+from trainer.parallelize import mesh_shape, parallelize, set_gradient_sync
 from trainer.samples import SampleLog
 from trainer.samples import path_for as samples_path
 from trainer.schedule import build_scheduler
@@ -106,16 +107,20 @@ def write_config(path: Path, cfg: TrainConfig, info: DistInfo, model: GPT) -> No
         "flops_per_token": model.flops_per_token(),
         "world_size": info.world_size,
         "backend": info.backend,
+        "strategy": cfg.strategy,
+        "mesh": list(mesh_shape(info)) if cfg.strategy == "fsdp" else None,
         "device": info.device.type,
-        "global_batch_tokens": cfg.batch_size * cfg.seq_len * info.world_size,
-        "global_batch_size": cfg.batch_size * info.world_size,
+        "global_batch_tokens": cfg.batch_size * cfg.grad_accum * cfg.seq_len * info.world_size,
+        "global_batch_size": cfg.batch_size * cfg.grad_accum * info.world_size,
         "torch_version": torch.__version__,
     }
     path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def autocast_context(cfg: TrainConfig, device: torch.device) -> contextlib.AbstractContextManager:
-    if cfg.dtype == "bfloat16":
+    """bf16 autocast for DDP and single-process runs; FSDP2 casts through its
+    ``MixedPrecisionPolicy`` instead."""
+    if cfg.dtype == "bfloat16" and cfg.strategy != "fsdp":
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
@@ -136,7 +141,9 @@ def train(
         set_deterministic(info.device)
     torch.manual_seed(cfg.seed)  # identical init everywhere (DDP also broadcasts rank 0's)
     model = GPT(model_config(cfg, vocab_size)).to(info.device)
-    train_model = parallelize(model, info)
+    train_model = parallelize(model, info, cfg.strategy, bf16=cfg.dtype == "bfloat16")
+    if cfg.compile:
+        train_model = torch.compile(train_model)
     optimizer = build_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
     assert cfg.warmup_steps is not None
     scheduler = build_scheduler(optimizer, warmup_steps=cfg.warmup_steps,
@@ -185,20 +192,25 @@ def train(
     step_end = clock()
     try:
         for step in range(start_step, cfg.steps + 1):
-            t0 = clock()
-            batch = stream.next()
-            meter.add_wait(clock() - t0)
-
-            input_ids, labels = batch["input_ids"], batch["labels"]
-            samples.record(step, stream.epoch, input_ids, batch.get("sample_id"))
+            micro = []
+            for _ in range(cfg.grad_accum):
+                t0 = clock()
+                batch = stream.next()
+                meter.add_wait(clock() - t0)
+                micro.append(batch)
+            input_ids = torch.cat([b["input_ids"] for b in micro])
+            sample_ids = torch.cat([b["sample_id"] for b in micro]) \
+                if "sample_id" in micro[0] else None
+            samples.record(step, stream.epoch, input_ids, sample_ids)
             if step == start_step:
-                check_batch(input_ids, labels, vocab_size, cfg.seq_len)
-            input_ids = input_ids.to(info.device, non_blocking=True)
-            labels = labels.to(info.device, non_blocking=True)
+                check_batch(input_ids, torch.cat([b["labels"] for b in micro]), vocab_size,
+                            cfg.seq_len)
+            pairs = [(b["input_ids"].to(info.device, non_blocking=True),
+                      b["labels"].to(info.device, non_blocking=True)) for b in micro]
 
             lr = scheduler.get_last_lr()[0]
-            loss, grad_norm = train_step(train_model, model, optimizer, scheduler,
-                                         input_ids, labels, cfg, info.device)
+            loss, grad_norm = train_step(train_model, model, optimizer, scheduler, pairs, cfg,
+                                         info.device)
             loss_sum += loss
             maybe_test_kill(step, info, run_dir)
 
@@ -320,27 +332,40 @@ def train_step(
     model: GPT,
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
-    input_ids: torch.Tensor,
-    labels: torch.Tensor,
+    micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
     cfg: TrainConfig,
     device: torch.device,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One optimizer step; returns the (detached, on-device) loss and pre-clip gradient norm.
+    """One optimizer step over ``micro_batches`` (``--grad-accum`` of them); returns the
+    (detached, on-device) mean loss and the pre-clip gradient norm.
 
     ``train_model`` is the parallel wrapper (forward/backward go through it so gradients are
-    synchronised); ``model`` is the bare module whose parameters are clipped. The norm is
-    computed even without clipping (max_norm=inf) because it is worth logging.
+    synchronised); ``model`` is the bare module whose parameters are clipped. Gradients are
+    synchronised once per step, on the last micro-batch (DDP ``no_sync``, FSDP2
+    ``set_requires_gradient_sync``). The norm is computed even without clipping
+    (max_norm=inf) because it is worth logging.
     """
-    with autocast_context(cfg, device):
-        _, loss = train_model(input_ids, labels)
-    assert loss is not None
-    loss.backward()
+    n = len(micro_batches)
+    total = torch.zeros((), device=device)
+    for i, (input_ids, labels) in enumerate(micro_batches):
+        last = i == n - 1
+        set_gradient_sync(train_model, last)
+        sync = contextlib.nullcontext() if last or not hasattr(train_model, "no_sync") \
+            else train_model.no_sync()
+        with sync:
+            with autocast_context(cfg, device):
+                _, loss = train_model(input_ids, labels)
+            assert loss is not None
+            (loss / n).backward()
+        total += loss.detach() / n
     max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    if isinstance(grad_norm, DTensor):  # FSDP2: the norm of sharded gradients
+        grad_norm = grad_norm.full_tensor()
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    return loss.detach(), grad_norm.detach()
+    return total, grad_norm.detach()
 
 
 def loader_metrics(loader: EpochLoader) -> dict[str, float]:
