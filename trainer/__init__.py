@@ -7,7 +7,8 @@ Imports ``loaders`` and ``storage`` only (never ``pipeline`` or Dask). Modules, 
 - ``schedule``    learning rate: linear warmup + cosine, a pure function
 - ``optim``       AdamW with decay on matrices only
 - ``distributed`` process group, device and backend choice, small collectives
-- ``parallelize`` DDP today; FSDP2 goes beside it
+- ``parallelize`` DDP or FSDP2 (HSDP across nodes)
+- ``checkpoint`` DCP checkpoints with the loader state, atomic, safe to load
 - ``data``        the real loader and the endless epoch stream over it
 - ``metrics``     interval accounting (tokens/s, data wait), JSON lines, summary
 - ``samples``     per-rank digests of the batches each rank trained on

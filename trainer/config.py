@@ -20,6 +20,14 @@ PRESETS: dict[str, dict[str, int]] = {
 }
 
 
+#: Model shapes by name (``--preset``); explicit --layers/--width/--heads win over them.
+MODEL_PRESETS: dict[str, dict[str, int]] = {
+    "tiny": {"layers": 2, "width": 64, "heads": 2},          # CPU tests: ~20k params + vocab
+    "gpt2-small": {"layers": 12, "width": 768, "heads": 12},  # 124M with GPT-2's vocab
+    "1b": {"layers": 18, "width": 2048, "heads": 16},          # ~1.0B with GPT-2's vocab
+}
+
+
 class ConfigError(ValueError):
     """A combination of flags that cannot run (reported without a traceback)."""
 
@@ -45,6 +53,18 @@ class TrainConfig:
     run_dir: str | None = None
     device: str = "auto"
     dtype: str = "auto"
+    global_batch_size: int | None = None
+    checkpoint_dir: str | None = None
+    checkpoint_storage_options: dict[str, Any] | None = None
+    checkpoint_every: int = 100
+    keep: int = 3
+    resume: str = "auto"
+    async_checkpoint: bool = False
+    deterministic: bool = False
+    strategy: str = "ddp"
+    preset: str | None = None
+    grad_accum: int = 1
+    compile: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,9 +128,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "process by a background thread, row groups read ahead: the fastest)")
     d.add_argument("--seq-len", type=_positive_int, default=None, help=preset("seq_len"))
     d.add_argument("--batch-size", type=_positive_int, default=None,
-                   help="sequences per step per rank; " + preset("batch_size"))
+                   help="sequences per micro-batch per rank; " + preset("batch_size"))
+    d.add_argument("--global-batch-size", type=_positive_int, default=None,
+                   help="sequences per optimizer step over all ranks; the per-rank batch is "
+                        "this / world size (an error if it does not divide). Fix it to resume "
+                        "on another number of processes with the same training dynamics; "
+                        "overrides --batch-size")
 
     m = p.add_argument_group("model")
+    m.add_argument("--preset", choices=sorted(MODEL_PRESETS), default=None,
+                   help="model shape: tiny (2x64), gpt2-small (12x768, 124M), 1b (18x2048, "
+                        "~1.0B); --layers/--width/--heads override it")
     m.add_argument("--layers", type=_positive_int, default=None, help=preset("layers"))
     m.add_argument("--width", type=_positive_int, default=None,
                    help="d_model; " + preset("width"))
@@ -128,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--grad-clip", type=float, default=1.0,
                    help="clip the global gradient norm to this (0 = off)")
     o.add_argument("--seed", type=int, default=0, help="model init and data order")
+    o.add_argument("--grad-accum", type=_positive_int, default=1, metavar="N",
+                   help="micro-batches per optimizer step (gradients summed locally, synced "
+                        "once); --global-batch-size counts all of them")
 
     r = p.add_argument_group("runtime")
     r.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
@@ -137,9 +168,37 @@ def build_parser() -> argparse.ArgumentParser:
                         "supported, else float32")
     r.add_argument("--log-every", type=_positive_int, default=10, metavar="K",
                    help="log a metrics line every K steps (and at the last step)")
+    r.add_argument("--strategy", choices=("ddp", "fsdp"), default="ddp",
+                   help="ddp: full replicas; fsdp: FSDP2 fully_shard per block (HSDP over a "
+                        "2-D mesh when torchrun runs more than one node)")
+    r.add_argument("--compile", action="store_true", help="torch.compile the model")
+    r.add_argument("--deterministic", action="store_true",
+                   help="torch.use_deterministic_algorithms(True) (and a fixed cuBLAS "
+                        "workspace on CUDA): bitwise-reproducible runs and resumes, a little "
+                        "slower")
     r.add_argument("--run-dir", default=None, metavar="DIR",
                    help="where config.json, metrics.jsonl and the per-rank sample digests "
                         "go (default: runs/<timestamp>)")
+
+    c = p.add_argument_group("checkpoints")
+    c.add_argument("--checkpoint-dir", default=None, metavar="URL",
+                   help="where checkpoints go: a directory or any fsspec URL (s3://...); "
+                        "unset = no checkpoints")
+    c.add_argument("--checkpoint-storage-options", type=_json_object, default=None,
+                   metavar="JSON", help="fsspec options for --checkpoint-dir (default: "
+                                        "--storage-options)")
+    c.add_argument("--checkpoint-every", type=_positive_int, default=100, metavar="N",
+                   help="save every N steps (and at the last step)")
+    c.add_argument("--keep", type=_positive_int, default=3, metavar="K",
+                   help="keep the newest K complete checkpoints")
+    c.add_argument("--resume", default="auto", metavar="auto|PATH|none",
+                   help="auto: the newest complete checkpoint in --checkpoint-dir, if any "
+                        "(what a torchrun restart needs); PATH: that checkpoint; none: start "
+                        "afresh")
+    c.add_argument("--async-checkpoint", action="store_true",
+                   help="save with dcp.async_save: training continues while the shards are "
+                        "written; the checkpoint is marked complete at the next save or at "
+                        "the end")
     return p
 
 
@@ -151,7 +210,9 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
 
 def resolve(cfg: TrainConfig, device_type: str, bf16_supported: bool) -> TrainConfig:
     """Fill device-dependent defaults and check the combination; pure so it is testable."""
-    preset = PRESETS["cuda" if device_type == "cuda" else "cpu"]
+    preset = dict(PRESETS["cuda" if device_type == "cuda" else "cpu"])
+    if cfg.preset is not None:
+        preset.update(MODEL_PRESETS[cfg.preset])
     filled = {k: preset[k] for k in preset if getattr(cfg, k) is None}
     cfg = replace(cfg, **filled)
     if cfg.warmup_steps is None:
@@ -167,4 +228,20 @@ def resolve(cfg: TrainConfig, device_type: str, bf16_supported: bool) -> TrainCo
         raise ConfigError(f"--width ({cfg.width}) must be divisible by --heads ({cfg.heads})")
     if not 0.0 <= cfg.min_lr_ratio <= 1.0:
         raise ConfigError(f"--min-lr-ratio must be in [0, 1], got {cfg.min_lr_ratio}")
+    if cfg.checkpoint_storage_options is None and cfg.storage_options is not None:
+        cfg = replace(cfg, checkpoint_storage_options=cfg.storage_options)
     return cfg
+
+
+def resolve_batch(cfg: TrainConfig, world_size: int) -> TrainConfig:
+    """Per-rank batch from ``--global-batch-size`` (once the world size is known), or the
+    global batch from the per-rank one. The global batch is what a resume on another world
+    size keeps: the loader then re-deals the rest of the epoch at the new per-rank size."""
+    per_step = world_size * cfg.grad_accum
+    if cfg.global_batch_size is None:
+        assert cfg.batch_size is not None, "resolve() first"
+        return replace(cfg, global_batch_size=cfg.batch_size * per_step)
+    if cfg.global_batch_size % per_step:
+        raise ConfigError(f"--global-batch-size {cfg.global_batch_size} is not divisible by "
+                          f"world size x --grad-accum = {world_size} x {cfg.grad_accum}")
+    return replace(cfg, batch_size=cfg.global_batch_size // per_step)

@@ -37,12 +37,15 @@ def build_loader(
     world_size: int,
     storage_options: dict[str, Any] | None,
 ) -> EpochLoader:
-    """The real streaming loader for this rank (``loaders.build_dataloader``)."""
+    """The real streaming loader for this rank (``loaders.build_dataloader``). Batches carry
+    ``sample_id`` so that each rank can log which samples it trained on (a resume is checked
+    against that log)."""
     from loaders import build_dataloader
 
     return build_dataloader(
         url, batch_size, seq_len, num_workers=num_workers, seed=seed, shuffle=True,
         rank=rank, world_size=world_size, storage_options=storage_options,
+        return_sample_id=True,
     )
 
 
@@ -91,3 +94,29 @@ class EpochStream:
             batch = next(self._it)
         self.batches_in_epoch += 1
         return batch
+
+    # -- resume ----------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch, batches taken in it, and the loader's own state when it has one (the
+        same on every rank, so one copy serves all)."""
+        state: dict[str, Any] = {"epoch": self.epoch, "batches_in_epoch": self.batches_in_epoch}
+        if hasattr(self.loader, "state_dict"):
+            state["loader"] = self.loader.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue where :meth:`state_dict` was taken. A state taken exactly at the end of an
+        epoch moves on to the next epoch here: iterating a finished epoch again would replay
+        it (that is how torch loaders, and ours, treat a second ``iter``)."""
+        self.epoch = int(state["epoch"])
+        self.batches_in_epoch = int(state["batches_in_epoch"])
+        self._it = None
+        self.loader.set_epoch(self.epoch)
+        if "loader" in state and hasattr(self.loader, "load_state_dict"):
+            self.loader.load_state_dict(state["loader"])
+        remaining = getattr(self.loader, "remaining", None)
+        if remaining is not None and self.batches_in_epoch and remaining() == 0:
+            self.epoch += 1
+            self.batches_in_epoch = 0
+            self.loader.set_epoch(self.epoch)

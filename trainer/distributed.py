@@ -24,6 +24,7 @@ class DistInfo:
     local_rank: int
     device: torch.device
     backend: str | None
+    local_world_size: int = 1  # ranks on this node (torchrun's LOCAL_WORLD_SIZE)
 
     @property
     def is_main(self) -> bool:
@@ -55,14 +56,35 @@ def init_distributed(device_preference: str = "auto") -> DistInfo:
     world_size = int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = pick_device(device_preference, local_rank)
+    store = attempt_store(rank, world_size)
     if device.type == "cuda":
         torch.cuda.set_device(device)
         backend = "nccl"
-        dist.init_process_group(backend=backend, device_id=device)
+        dist.init_process_group(backend=backend, device_id=device, store=store, rank=rank,
+                                world_size=world_size)
     else:
         backend = "gloo"
-        dist.init_process_group(backend=backend)
-    return DistInfo(rank, world_size, local_rank, device, backend)
+        dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size)
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
+    return DistInfo(rank, world_size, local_rank, device, backend, local_world)
+
+
+def attempt_store(rank: int, world_size: int) -> dist.Store:
+    """The rendezvous store, with a key prefix per torchrun restart attempt.
+
+    Why: after ``torchrun --max-restarts`` restarts the workers, they may meet in the same
+    store as the attempt before. In torch 2.13 the new workers then sometimes read the killed
+    workers' gloo addresses (same keys) and fail with "connection refused". A prefix per
+    attempt (``TORCHELASTIC_RESTART_COUNT``) keeps every attempt's keys apart.
+    """
+    from datetime import timedelta
+
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
+                          is_master=not agent_store and rank == 0,
+                          timeout=timedelta(minutes=10), multi_tenant=not agent_store)
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"shardflow/attempt{attempt}", store)
 
 
 def is_initialized() -> bool:

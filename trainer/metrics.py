@@ -108,6 +108,37 @@ class RunTotals:
         }
 
 
+#: Dense bf16 peak FLOP/s per accelerator, from the vendors' data sheets (no sparsity).
+PEAK_BF16_FLOPS: dict[str, float] = {
+    "H200": 989e12, "H100": 989e12, "GH200": 989e12, "A100": 312e12, "A10G": 125e12,
+    "L40S": 362e12, "L4": 121e12, "B200": 2250e12, "MI300X": 1307e12,
+}
+
+
+def peak_flops(device_name: str | None) -> float | None:
+    """Peak dense bf16 FLOP/s for a device name as CUDA reports it (``NVIDIA H100 80GB HBM3``),
+    or None when unknown (CPUs included: MFU is only reported where the peak is known)."""
+    if not device_name:
+        return None
+    name = device_name.upper()
+    for key in sorted(PEAK_BF16_FLOPS, key=len, reverse=True):  # GH200 before H200
+        if key in name:
+            return PEAK_BF16_FLOPS[key]
+    return None
+
+
+def mfu(tokens_per_s: float, flops_per_token: float, world_size: int,
+        peak: float | None) -> float | None:
+    """Model FLOPs utilisation: achieved training FLOP/s over the peak of all devices."""
+    if peak is None or peak <= 0 or world_size <= 0:
+        return None
+    return tokens_per_s * flops_per_token / (peak * world_size)
+
+
+#: Loader counters in the metrics records, and how they combine over ranks.
+LOADER_KEYS = {"bytes_read": "sum", "wait_s": "max", "samples_per_s": "sum", "failovers": "sum"}
+
+
 def format_record(rec: dict[str, Any]) -> str:
     """The one human-readable line per logging interval."""
     return (
@@ -116,6 +147,7 @@ def format_record(rec: dict[str, Any]) -> str:
         f"| step {rec['step_time_s'] * 1000:.1f} ms "
         f"| data-wait {100 * rec['data_wait_frac']:.1f}% (max rank "
         f"{100 * rec['data_wait_frac_max']:.1f}%) | epoch {rec['epoch']}"
+        + (f" | MFU {100 * rec['mfu']:.1f}%" if rec.get("mfu") is not None else "")
     )
 
 
@@ -131,8 +163,8 @@ class JsonlWriter:
     """Append JSON lines, flushed per record, so a crashed run still leaves its metrics."""
 
     def __init__(self, path: str | os.PathLike[str], mode: str = "w") -> None:
-        # "w" while runs cannot resume: re-using a run dir starts its logs afresh instead of
-        # mixing two runs in one file. Resume will open with "a".
+        # "w" for a fresh run (re-using a run dir starts its logs afresh instead of mixing two
+        # runs in one file); "a" for a resumed one, after truncate_jsonl.
         self.path = os.fspath(path)
         self._f: TextIO = open(self.path, mode, encoding="utf-8")  # noqa: SIM115
 
@@ -153,3 +185,27 @@ class JsonlWriter:
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def truncate_jsonl(path: str | os.PathLike[str], last_step: int) -> int:
+    """Drop records with ``step > last_step`` (rewritten atomically); returns how many.
+
+    A resumed run repeats the steps after its checkpoint: the records a killed run wrote for
+    them describe work that was thrown away, so they go before the resumed run appends.
+    """
+    if not os.path.exists(path):
+        return 0
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut short by the kill: that step is redone
+                continue
+    kept = [r for r in records if r.get("step", 0) <= last_step]
+    tmp = f"{os.fspath(path)}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for r in kept:
+            f.write(json.dumps(r, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    return len(records) - len(kept)

@@ -26,20 +26,31 @@ def row_digests(input_ids: torch.Tensor) -> list[str]:
             for r in rows]
 
 
+def path_for(run_dir: str | os.PathLike[str], rank: int) -> str:
+    return os.path.join(os.fspath(run_dir), f"rank{rank}_samples.jsonl")
+
+
 class SampleLog:
-    """``<run_dir>/rank<r>_samples.jsonl``: one line per step with the epoch, a digest per row
-    and the first :data:`HEAD_TOKENS` ids of each row."""
+    """``<run_dir>/rank<r>_samples.jsonl``: one line per step with the epoch, a digest per row,
+    the first :data:`HEAD_TOKENS` ids of each row and, when the loader gives them, the sample
+    ids. A resumed run appends (``mode="a"``) after dropping the records of the steps it
+    repeats (:func:`trainer.metrics.truncate_jsonl`)."""
 
-    def __init__(self, run_dir: str | os.PathLike[str], rank: int) -> None:
-        self.writer = JsonlWriter(os.path.join(os.fspath(run_dir), f"rank{rank}_samples.jsonl"))
+    def __init__(self, run_dir: str | os.PathLike[str], rank: int, mode: str = "w") -> None:
+        self.path = path_for(run_dir, rank)
+        self.writer = JsonlWriter(self.path, mode)
 
-    def record(self, step: int, epoch: int, input_ids: torch.Tensor) -> None:
-        self.writer.write({
+    def record(self, step: int, epoch: int, input_ids: torch.Tensor,
+               sample_ids: torch.Tensor | None = None) -> None:
+        rec = {
             "step": step,
             "epoch": epoch,
             "rows": row_digests(input_ids),
             "head": input_ids[:, :HEAD_TOKENS].tolist(),
-        })
+        }
+        if sample_ids is not None:
+            rec["sample_ids"] = sample_ids.tolist()
+        self.writer.write(rec)
 
     def close(self) -> None:
         self.writer.close()

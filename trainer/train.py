@@ -4,9 +4,9 @@
 loader); :func:`train` is the loop itself and takes any :class:`~trainer.data.EpochLoader`,
 so it can be exercised on a synthetic loader without the data stack.
 
-State a resume will need (later issue): ``step``, ``EpochStream.epoch``, model, optimizer,
-scheduler (its step count only; the schedule is a pure function) and the loader's
-``state_dict()``.
+A checkpoint (:mod:`trainer.checkpoint`) holds what a resume needs: model and optimizer
+(sharded, DCP), the step, the epoch stream with the loader's ``state_dict()``, the scheduler's
+step count and each rank's RNG states.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
@@ -22,8 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.tensor import DTensor
 
-from trainer.config import TrainConfig, resolve
+from trainer.checkpoint import Checkpointer, load_checkpoint
+from trainer.config import ConfigError, TrainConfig, resolve, resolve_batch
 from trainer.data import EpochLoader, EpochStream, build_loader, dataset_vocab_size
 from trainer.distributed import (
     DistInfo,
@@ -34,17 +37,22 @@ from trainer.distributed import (
     init_distributed,
 )
 from trainer.metrics import (
+    LOADER_KEYS,
     IntervalMeter,
     IntervalStats,
     JsonlWriter,
     RunTotals,
     format_record,
     format_summary,
+    mfu,
+    peak_flops,
+    truncate_jsonl,
 )
 from trainer.model import GPT, GPTConfig
 from trainer.optim import build_optimizer
-from trainer.parallelize import parallelize
+from trainer.parallelize import mesh_shape, parallelize, set_gradient_sync
 from trainer.samples import SampleLog
+from trainer.samples import path_for as samples_path
 from trainer.schedule import build_scheduler
 
 Clock = Callable[[], float]
@@ -91,6 +99,7 @@ def write_config(path: Path, cfg: TrainConfig, info: DistInfo, model: GPT) -> No
 
     train = cfg.to_dict()
     train["storage_options"] = redact(cfg.storage_options) or None
+    train["checkpoint_storage_options"] = redact(cfg.checkpoint_storage_options) or None
     record = {
         "train": train,
         "model": asdict(model.cfg),
@@ -98,15 +107,20 @@ def write_config(path: Path, cfg: TrainConfig, info: DistInfo, model: GPT) -> No
         "flops_per_token": model.flops_per_token(),
         "world_size": info.world_size,
         "backend": info.backend,
+        "strategy": cfg.strategy,
+        "mesh": list(mesh_shape(info)) if cfg.strategy == "fsdp" else None,
         "device": info.device.type,
-        "global_batch_tokens": cfg.batch_size * cfg.seq_len * info.world_size,
+        "global_batch_tokens": cfg.batch_size * cfg.grad_accum * cfg.seq_len * info.world_size,
+        "global_batch_size": cfg.batch_size * cfg.grad_accum * info.world_size,
         "torch_version": torch.__version__,
     }
     path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def autocast_context(cfg: TrainConfig, device: torch.device) -> contextlib.AbstractContextManager:
-    if cfg.dtype == "bfloat16":
+    """bf16 autocast for DDP and single-process runs; FSDP2 casts through its
+    ``MixedPrecisionPolicy`` instead."""
+    if cfg.dtype == "bfloat16" and cfg.strategy != "fsdp":
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
@@ -120,15 +134,35 @@ def train(
     *,
     clock: Clock = time.perf_counter,
 ) -> dict[str, Any]:
-    """Run ``cfg.steps`` optimizer steps; returns the run summary (printed on rank 0)."""
+    """Run optimizer steps up to ``cfg.steps`` (from a checkpoint's step when resuming);
+    returns the run summary (printed on rank 0)."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.deterministic:
+        set_deterministic(info.device)
     torch.manual_seed(cfg.seed)  # identical init everywhere (DDP also broadcasts rank 0's)
     model = GPT(model_config(cfg, vocab_size)).to(info.device)
-    train_model = parallelize(model, info)
+    train_model = parallelize(model, info, cfg.strategy, bf16=cfg.dtype == "bfloat16")
+    if cfg.compile:
+        train_model = torch.compile(train_model)
     optimizer = build_optimizer(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
     assert cfg.warmup_steps is not None
     scheduler = build_scheduler(optimizer, warmup_steps=cfg.warmup_steps,
                                 total_steps=cfg.steps, min_lr_ratio=cfg.min_lr_ratio)
+    stream = EpochStream(loader)
+
+    checkpointer = None
+    if cfg.checkpoint_dir is not None:
+        checkpointer = Checkpointer(cfg.checkpoint_dir, keep=cfg.keep,
+                                    storage_options=cfg.checkpoint_storage_options,
+                                    async_save=cfg.async_checkpoint)
+    resume_from = resume_target(cfg, checkpointer)
+    start_step = 1
+    if resume_from is not None:
+        loaded = load_checkpoint(resume_from, model, optimizer, cfg.checkpoint_storage_options)
+        restore_trainer_state(loaded.trainer_state, cfg, info, stream, scheduler)
+        start_step = loaded.step + 1
+        log(info, f"trainer: resumed from {loaded.path} at step {loaded.step} (epoch "
+                  f"{stream.epoch}, RNG {'restored' if loaded.rng_restored else 'seeded'})")
 
     if info.is_main:
         write_config(run_dir / "config.json", cfg, info, model)
@@ -136,10 +170,20 @@ def train(
               f"device {info.device}, dtype {cfg.dtype}, {model.num_parameters():,} params, "
               f"vocab {vocab_size}, {len(loader)} batches/epoch/rank, run dir {run_dir}")
 
-    metrics = JsonlWriter(run_dir / "metrics.jsonl") if info.is_main else None
-    samples = SampleLog(run_dir, info.rank)
-    stream = EpochStream(loader)
+    # A resumed run appends to its logs, after dropping what a killed run wrote for the steps
+    # it is about to repeat.
+    mode = "w"
+    if resume_from is not None:
+        mode = "a"
+        truncate_jsonl(samples_path(run_dir, info.rank), start_step - 1)
+        if info.is_main:
+            truncate_jsonl(run_dir / "metrics.jsonl", start_step - 1)
+    metrics = JsonlWriter(run_dir / "metrics.jsonl", mode) if info.is_main else None
+    samples = SampleLog(run_dir, info.rank, mode)
     meter, totals = IntervalMeter(), RunTotals()
+    flops_per_token = model.flops_per_token(cfg.seq_len)
+    peak = peak_flops(torch.cuda.get_device_name(info.device)) \
+        if info.device.type == "cuda" else None
     loss_sum = torch.zeros((), device=info.device)  # on device: no host sync per step
     grad_norm = torch.zeros((), device=info.device)
     lr = 0.0
@@ -147,41 +191,58 @@ def train(
 
     step_end = clock()
     try:
-        for step in range(1, cfg.steps + 1):
-            t0 = clock()
-            batch = stream.next()
-            meter.add_wait(clock() - t0)
-
-            input_ids, labels = batch["input_ids"], batch["labels"]
-            samples.record(step, stream.epoch, input_ids)
-            if step == 1:
-                check_batch(input_ids, labels, vocab_size, cfg.seq_len)
-            input_ids = input_ids.to(info.device, non_blocking=True)
-            labels = labels.to(info.device, non_blocking=True)
+        for step in range(start_step, cfg.steps + 1):
+            micro = []
+            for _ in range(cfg.grad_accum):
+                t0 = clock()
+                batch = stream.next()
+                meter.add_wait(clock() - t0)
+                micro.append(batch)
+            input_ids = torch.cat([b["input_ids"] for b in micro])
+            sample_ids = torch.cat([b["sample_id"] for b in micro]) \
+                if "sample_id" in micro[0] else None
+            samples.record(step, stream.epoch, input_ids, sample_ids)
+            if step == start_step:
+                check_batch(input_ids, torch.cat([b["labels"] for b in micro]), vocab_size,
+                            cfg.seq_len)
+            pairs = [(b["input_ids"].to(info.device, non_blocking=True),
+                      b["labels"].to(info.device, non_blocking=True)) for b in micro]
 
             lr = scheduler.get_last_lr()[0]
-            loss, grad_norm = train_step(train_model, model, optimizer, scheduler,
-                                         input_ids, labels, cfg, info.device)
+            loss, grad_norm = train_step(train_model, model, optimizer, scheduler, pairs, cfg,
+                                         info.device)
             loss_sum += loss
+            maybe_test_kill(step, info, run_dir)
 
             now = clock()
             meter.add_step(now - step_end, input_ids.numel() * info.world_size)
             step_end = now
 
             if step % cfg.log_every == 0 or step == cfg.steps:
-                stats, record = reduce_interval(meter, loss_sum, info)
+                stats, record = reduce_interval(meter, loss_sum, info, loader_metrics(loader))
                 record.update(step=step, total_steps=cfg.steps, lr=lr, epoch=stream.epoch,
-                              grad_norm=float(grad_norm))
+                              grad_norm=float(grad_norm),
+                              mfu=mfu(record["tokens_per_s"], flops_per_token,
+                                      info.world_size, peak))
                 totals.add(stats, record["loss"], record["data_wait_frac"])
                 loss_sum.zero_()
                 if metrics is not None:
                     metrics.write(record)
                 log(info, format_record(record))
+
+            if checkpointer is not None and (step % cfg.checkpoint_every == 0
+                                             or step == cfg.steps):
+                checkpointer.save(step, model, optimizer,
+                                  trainer_state(cfg, info, stream, scheduler))
+                step_end = clock()  # a save is not a training step: keep it out of step time
+        if checkpointer is not None:
+            checkpointer.wait()
     finally:
         samples.close()
         if metrics is not None:
             metrics.close()
 
+    write_final_weights(model, optimizer, run_dir, info)
     summary = totals.summary()
     if info.is_main:
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True)
@@ -190,47 +251,157 @@ def train(
     return summary
 
 
+def set_deterministic(device: torch.device) -> None:
+    """Deterministic kernels, so that a resumed run is bitwise the run it replaces. cuBLAS needs
+    its workspace fixed before its first use for that."""
+    if device.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+
+
+def resume_target(cfg: TrainConfig, checkpointer: Checkpointer | None) -> str | None:
+    """The checkpoint to start from: ``--resume PATH`` works without ``--checkpoint-dir``;
+    ``auto`` needs one (and finds nothing on a first start, which is not an error)."""
+    if cfg.resume in ("auto", "none"):
+        return checkpointer.resolve_resume(cfg.resume) if checkpointer is not None else None
+    return cfg.resume
+
+
+def trainer_state(cfg: TrainConfig, info: DistInfo, stream: EpochStream,
+                  scheduler: torch.optim.lr_scheduler.LRScheduler) -> dict[str, Any]:
+    """Everything of a resume that is not a tensor: JSON, saved once (rank 0's)."""
+    sched = {k: v for k, v in scheduler.state_dict().items() if k != "lr_lambdas"}
+    return {
+        "stream": stream.state_dict(),
+        "scheduler": sched,
+        "world_size": info.world_size,
+        "global_batch_size": cfg.global_batch_size,
+        "batch_size": cfg.batch_size,
+        "seq_len": cfg.seq_len,
+        "seed": cfg.seed,
+    }
+
+
+def restore_trainer_state(state: dict[str, Any], cfg: TrainConfig, info: DistInfo,
+                          stream: EpochStream,
+                          scheduler: torch.optim.lr_scheduler.LRScheduler) -> None:
+    """Put the loop's non-tensor state back; refuse a resume that would silently change what
+    the run means (another sequence length, seed or global batch)."""
+    for key in ("seq_len", "seed", "global_batch_size"):
+        saved, now = state.get(key), getattr(cfg, key)
+        if saved is not None and saved != now:
+            raise ConfigError(f"the checkpoint was written with {key}={saved}, this run has "
+                              f"{now}; resume with the same value (the per-rank batch may "
+                              f"change with the world size, the global batch may not)")
+    stream.load_state_dict(state["stream"])
+    sched = dict(state["scheduler"])
+    sched["lr_lambdas"] = [None] * len(scheduler.optimizer.param_groups)
+    scheduler.load_state_dict(sched)
+
+
+def maybe_test_kill(step: int, info: DistInfo, run_dir: Path) -> None:
+    """Test hook: ``SHARDFLOW_TEST_KILL_AT_STEP=N`` (and ``SHARDFLOW_TEST_KILL_RANK``, default
+    0) SIGKILLs that rank once, after step N's update, to exercise torchrun's restart. A
+    marker in the run directory keeps the restarted job from dying again."""
+    at = os.environ.get("SHARDFLOW_TEST_KILL_AT_STEP")
+    if at is None or step != int(at):
+        return
+    if info.rank != int(os.environ.get("SHARDFLOW_TEST_KILL_RANK", "0")):
+        return
+    marker = run_dir / f".test-killed-rank{info.rank}-step{step}"
+    if marker.exists():
+        return
+    marker.write_text("killed\n", encoding="utf-8")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def write_final_weights(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                        run_dir: Path, info: DistInfo) -> None:
+    """``model_final.pt``: the full (unsharded) model state dict on CPU, rank 0; loadable with
+    ``torch.load(..., weights_only=True)``. Collective under FSDP (the gather)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
+                                                              cpu_offload=True))
+    if info.is_main:
+        torch.save(sd, run_dir / "model_final.pt")
+
+
 def train_step(
     train_model: torch.nn.Module,
     model: GPT,
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
-    input_ids: torch.Tensor,
-    labels: torch.Tensor,
+    micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
     cfg: TrainConfig,
     device: torch.device,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One optimizer step; returns the (detached, on-device) loss and pre-clip gradient norm.
+    """One optimizer step over ``micro_batches`` (``--grad-accum`` of them); returns the
+    (detached, on-device) mean loss and the pre-clip gradient norm.
 
     ``train_model`` is the parallel wrapper (forward/backward go through it so gradients are
-    synchronised); ``model`` is the bare module whose parameters are clipped. The norm is
-    computed even without clipping (max_norm=inf) because it is worth logging.
+    synchronised); ``model`` is the bare module whose parameters are clipped. Gradients are
+    synchronised once per step, on the last micro-batch (DDP ``no_sync``, FSDP2
+    ``set_requires_gradient_sync``). The norm is computed even without clipping
+    (max_norm=inf) because it is worth logging.
     """
-    with autocast_context(cfg, device):
-        _, loss = train_model(input_ids, labels)
-    assert loss is not None
-    loss.backward()
+    n = len(micro_batches)
+    total = torch.zeros((), device=device)
+    for i, (input_ids, labels) in enumerate(micro_batches):
+        last = i == n - 1
+        set_gradient_sync(train_model, last)
+        sync = contextlib.nullcontext() if last or not hasattr(train_model, "no_sync") \
+            else train_model.no_sync()
+        with sync:
+            with autocast_context(cfg, device):
+                _, loss = train_model(input_ids, labels)
+            assert loss is not None
+            (loss / n).backward()
+        total += loss.detach() / n
     max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    if isinstance(grad_norm, DTensor):  # FSDP2: the norm of sharded gradients
+        grad_norm = grad_norm.full_tensor()
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    return loss.detach(), grad_norm.detach()
+    return total, grad_norm.detach()
 
 
-def reduce_interval(meter: IntervalMeter, loss_sum: torch.Tensor, info: DistInfo
+def loader_metrics(loader: EpochLoader) -> dict[str, float]:
+    """The loader's own read counters (``loader.metrics()``: cumulative for this process
+    since it started, so since the last restart), where the loader has them."""
+    get = getattr(loader, "metrics", None)
+    if get is None:
+        return {}
+    values = get()
+    return {k: float(values.get(k, 0.0)) for k in LOADER_KEYS}
+
+
+def reduce_interval(meter: IntervalMeter, loss_sum: torch.Tensor, info: DistInfo,
+                    loader: dict[str, float] | None = None
                     ) -> tuple[IntervalStats, dict[str, Any]]:
     """Close a logging interval: loss averaged over its steps and over ranks, data wait as
     the mean and the max over ranks (one slow rank stalls all of them at the next gradient
-    all-reduce, so the max is the number to watch). Collective: every rank must call it."""
+    all-reduce, so the max is the number to watch), the loader's counters summed over ranks
+    (the wait: the max). Collective: every rank must call it, with the same keys."""
     stats = meter.flush()
     device = loss_sum.device
-    sums = torch.stack([loss_sum.to(torch.float64),
-                        torch.tensor(stats.data_wait_frac, dtype=torch.float64, device=device)])
+    loader = loader or {}
+    sum_keys = [k for k in LOADER_KEYS if k in loader and LOADER_KEYS[k] == "sum"]
+    max_keys = [k for k in LOADER_KEYS if k in loader and LOADER_KEYS[k] == "max"]
+    sums = torch.tensor([float(loss_sum), stats.data_wait_frac,
+                         *(loader[k] for k in sum_keys)], dtype=torch.float64, device=device)
     all_reduce(sums, "sum")
-    wait_max = torch.tensor([stats.data_wait_frac], dtype=torch.float64, device=device)
-    all_reduce(wait_max, "max")
+    maxes = torch.tensor([stats.data_wait_frac, *(loader[k] for k in max_keys)],
+                         dtype=torch.float64, device=device)
+    all_reduce(maxes, "max")
+    wait_max = maxes[:1]
     ws = info.world_size
+    extra = {f"loader_{k}": float(v) for k, v in zip(sum_keys, sums[2:].tolist(),
+                                                      strict=True)}
+    extra.update({f"loader_{k}": float(v) for k, v in zip(max_keys, maxes[1:].tolist(),
+                                                          strict=True)})
     return stats, {
         "loss": float(sums[0]) / (stats.steps * ws),
         "tokens_per_s": stats.tokens_per_s,
@@ -241,6 +412,7 @@ def reduce_interval(meter: IntervalMeter, loss_sum: torch.Tensor, info: DistInfo
         "interval_s": stats.seconds,
         "interval_wait_s": stats.wait_seconds,
         "tokens": stats.tokens,
+        **extra,
     }
 
 
@@ -264,7 +436,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
     info = init_distributed(cfg.device)
     try:
         bf16 = info.device.type == "cuda" and torch.cuda.is_bf16_supported()
-        cfg = resolve(cfg, info.device.type, bf16)
+        cfg = resolve_batch(resolve(cfg, info.device.type, bf16), info.world_size)
         # The manifest first: a wrong URL should fail before a run directory is made.
         vocab_size = dataset_vocab_size(cfg.data, cfg.storage_options)
         run_dir = prepare_run_dir(cfg.run_dir, info)

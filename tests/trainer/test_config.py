@@ -71,3 +71,27 @@ def test_user_errors_are_one_line_and_leave_no_run_dir(tmp_path, capsys) -> None
     assert not run_dir.exists()
     assert main(["--data", str(tmp_path), "--device", "cpu", "--dtype", "bfloat16"]) == 2
     assert "CUDA" in capsys.readouterr().err
+
+
+def test_presets_global_batch_and_grad_accum() -> None:
+    from trainer.config import MODEL_PRESETS, ConfigError, resolve_batch
+
+    cfg = resolve(parse_args(["--data", "d", "--preset", "gpt2-small", "--heads", "6",
+                              "--global-batch-size", "24", "--grad-accum", "2"]),
+                  "cpu", bf16_supported=False)
+    assert (cfg.layers, cfg.width, cfg.heads) == (12, 768, 6)  # a flag beats the preset
+    assert resolve_batch(cfg, 3).batch_size == 4  # 24 / (3 ranks x 2 micro-batches)
+    assert resolve_batch(cfg, 1).batch_size == 12
+    with pytest.raises(ConfigError, match="not divisible"):
+        resolve_batch(cfg, 5)
+    plain = resolve(parse_args(["--data", "d", "--batch-size", "4"]), "cpu", False)
+    assert resolve_batch(plain, 2).global_batch_size == 8
+    assert set(MODEL_PRESETS) == {"tiny", "gpt2-small", "1b"}
+
+
+def test_new_flags_are_in_help() -> None:
+    text = build_parser().format_help()
+    for flag in ("--checkpoint-dir", "--checkpoint-every", "--keep", "--resume",
+                 "--async-checkpoint", "--global-batch-size", "--strategy", "--preset",
+                 "--grad-accum", "--compile", "--deterministic"):
+        assert flag in text, flag

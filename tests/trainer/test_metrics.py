@@ -101,3 +101,16 @@ def test_plot_of_an_empty_log_fails_clearly(tmp_path: Path) -> None:
     (tmp_path / "metrics.jsonl").write_text("")
     with pytest.raises(ValueError, match="no records"):
         cli_main(["plot", str(tmp_path)])
+
+
+def test_mfu_from_peak_and_flops() -> None:
+    from trainer.metrics import mfu, peak_flops
+
+    assert peak_flops("NVIDIA H100 80GB HBM3") == 989e12
+    assert peak_flops("NVIDIA GH200 480GB") == 989e12
+    assert peak_flops("NVIDIA A100-SXM4-40GB") == 312e12
+    assert peak_flops("cpu") is None and peak_flops(None) is None
+    # GPT-2 small (~124M params -> ~0.75 GFLOP/token) at 400k tok/s on one H100 ~ 30 %.
+    assert mfu(400e3, 6 * 124e6, 1, 989e12) == pytest.approx(0.301, abs=1e-3)
+    assert mfu(8 * 400e3, 6 * 124e6, 8, 989e12) == pytest.approx(0.301, abs=1e-3)
+    assert mfu(1.0, 1.0, 1, None) is None

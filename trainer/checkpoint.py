@@ -1,0 +1,396 @@
+"""Sharded, atomic checkpoints with ``torch.distributed.checkpoint`` (DCP).
+
+Who owns what: this module owns the checkpoint directory and its layout; the loop hands it the
+model, the optimizer and a small JSON-able *trainer state* (step, epoch stream and loader state,
+scheduler) and gets them back. One checkpoint is a directory::
+
+    <checkpoint-dir>/step-00000120/
+        .metadata, __<rank>_0.distcp   DCP: model and optimizer tensors, sharded by rank
+        rng/rank00000.json ...         each rank's RNG states (torch CPU/CUDA, numpy, python)
+        trainer.json                   step, epoch, loader state, scheduler, world and batch
+        COMPLETE                       written last, by rank 0, after every rank has finished
+
+A checkpoint exists only once ``COMPLETE`` does: a job killed half-way through a save leaves a
+directory without it, which :func:`latest_checkpoint` ignores and the next save prunes. The
+marker (rather than writing ``step-N.tmp`` and renaming) works the same on object stores, where
+a rename is a copy.
+
+Loading never unpickles arbitrary objects: DCP's ``.metadata`` (a pickle) is read with an
+unpickler that admits only DCP's own metadata classes and a few torch value types, non-tensor
+values in the DCP payload go through ``torch.load(weights_only=True)``, and everything else is
+JSON.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import json
+import pickle
+import random
+import re
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from storage import Location, resolve
+from storage.urls import S3_DEFAULTS, s3_options_from_env
+
+FORMAT_VERSION = 1
+COMPLETE = "COMPLETE"
+TRAINER_STATE = "trainer.json"
+_STEP_DIR = re.compile(r"^step-(\d{8})$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that is missing, incomplete or does not fit this run."""
+
+
+def step_dir_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+# -- safe loading --------------------------------------------------------------------------
+
+_DCP_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem",
+                "torch.distributed.checkpoint.planner")
+_SAFE_GLOBALS = {("torch", "Size"), ("torch.serialization", "_get_layout"),
+                 ("collections", "OrderedDict"), ("pathlib", "PosixPath"),
+                 ("pathlib", "PurePosixPath"), ("pathlib", "WindowsPath"),
+                 ("pathlib", "PureWindowsPath"), ("builtins", "set"), ("builtins", "frozenset")}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Admits DCP's metadata dataclasses, torch sizes, dtypes and layouts; nothing else (no
+    ``os.system``, no arbitrary constructors)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        allowed = (module in _DCP_MODULES or (module, name) in _SAFE_GLOBALS
+                   or (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)))
+        if not allowed:
+            raise pickle.UnpicklingError(f"checkpoint metadata refers to {module}.{name}, "
+                                         f"which a checkpoint never needs; refusing to load it")
+        return super().find_class(module, name)
+
+
+class _SafeMetadataMixin:
+    """``read_metadata`` of DCP's file-system readers with :class:`_MetadataUnpickler`."""
+
+    fs: Any
+    load_id: Any
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+        from torch.distributed.checkpoint.metadata import StorageMeta
+
+        path = self._get_metadata_path(kwargs.get("rank"))  # type: ignore[attr-defined]
+        with self.fs.create_stream(path, "rb") as f:
+            metadata = _MetadataUnpickler(io.BytesIO(f.read())).load()
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+class SafeFileSystemReader(_SafeMetadataMixin, dcp.FileSystemReader):
+    pass
+
+
+class SafeLoadPlanner(DefaultLoadPlanner):
+    """Non-tensor values (optimizer hyper-parameters) through ``weights_only=True``."""
+
+    def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
+        from torch.distributed.checkpoint._traverse import set_element
+
+        obj = torch.load(value, weights_only=True)
+        if self.flatten_state_dict:
+            set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], obj)
+        else:
+            self.state_dict[read_item.dest_index.fqn] = obj
+
+
+def _fsspec_options(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
+    """The options ``storage.resolve`` would use (S3 defaults, endpoint from the environment,
+    then explicit options), for DCP's fsspec writer, which builds its own filesystem."""
+    from storage.urls import _merge  # one merge rule for the whole project
+
+    options = dict(storage_options or {})
+    if url.startswith(("s3://", "s3a://")):
+        options = _merge(_merge(S3_DEFAULTS, s3_options_from_env()), options)
+    return options
+
+
+# The writers and readers below carry their path and fsspec options; dcp.save/load are called
+# without ``checkpoint_id``, which would make them re-resolve the path *without* the options
+# (on S3: no endpoint, no credentials).
+
+
+def _storage_writer(loc: Location, url: str, storage_options: dict[str, Any] | None) -> Any:
+    if loc.is_local:
+        return dcp.FileSystemWriter(url, single_file_per_rank=True)
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+
+    return FsspecWriter(url, single_file_per_rank=True,
+                        **_fsspec_options(url, storage_options))
+
+
+def _storage_reader(loc: Location, url: str, storage_options: dict[str, Any] | None) -> Any:
+    if loc.is_local:
+        return SafeFileSystemReader(url)
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+
+    class SafeFsspecReader(_SafeMetadataMixin, FsspecReader):
+        pass
+
+    return SafeFsspecReader(url, **_fsspec_options(url, storage_options))
+
+
+# -- RNG states as JSON --------------------------------------------------------------------
+
+
+def _b64(t: torch.Tensor) -> str:
+    return base64.b64encode(t.cpu().numpy().tobytes()).decode("ascii")
+
+
+def _unb64(s: str) -> torch.Tensor:
+    return torch.frombuffer(bytearray(base64.b64decode(s)), dtype=torch.uint8).clone()
+
+
+def rng_state() -> dict[str, Any]:
+    """This process's RNG states, JSON-able (no pickle on the way back)."""
+    np_state = np.random.get_state(legacy=False)
+    assert isinstance(np_state, dict)
+    py_version, py_internal, py_gauss = random.getstate()
+    return {
+        "torch": _b64(torch.get_rng_state()),
+        "cuda": [_b64(s) for s in torch.cuda.get_rng_state_all()]
+        if torch.cuda.is_available() else [],
+        "numpy": {"bit_generator": np_state["bit_generator"],
+                  "key": np_state["state"]["key"].tolist(), "pos": int(np_state["state"]["pos"]),
+                  "has_gauss": int(np_state["has_gauss"]), "gauss": float(np_state["gauss"])},
+        "python": [py_version, list(py_internal), py_gauss],
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(_unb64(state["torch"]))
+    if state.get("cuda") and torch.cuda.is_available():
+        states = [_unb64(s) for s in state["cuda"]]
+        if len(states) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(states)
+    n = state["numpy"]
+    np.random.set_state({"bit_generator": n["bit_generator"],
+                         "state": {"key": np.array(n["key"], dtype=np.uint32), "pos": n["pos"]},
+                         "has_gauss": n["has_gauss"], "gauss": n["gauss"]})
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+
+
+# -- the checkpointer ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadedCheckpoint:
+    path: str
+    step: int
+    trainer_state: dict[str, Any]
+    rng_restored: bool
+
+
+def _rank_world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _barrier(group: Any = None) -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier(group=group)
+
+
+def _broadcast(obj: Any) -> Any:
+    if not (dist.is_available() and dist.is_initialized()):
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def list_checkpoints(url: str, storage_options: dict[str, Any] | None = None
+                     ) -> list[tuple[int, str, bool]]:
+    """``(step, url, complete)`` of every ``step-XXXXXXXX`` under ``url``, oldest first."""
+    loc = resolve(url, storage_options)
+    if not loc.fs.exists(loc.root):
+        return []
+    out = []
+    for entry in loc.fs.ls(loc.root, detail=False, refresh=True):
+        name = entry.rstrip("/").rsplit("/", 1)[-1]
+        m = _STEP_DIR.match(name)
+        if m:
+            complete = loc.fs.exists(loc.path(f"{name}/{COMPLETE}"))
+            out.append((int(m.group(1)), loc.child_url(name), complete))
+    return sorted(out)
+
+
+def latest_checkpoint(url: str, storage_options: dict[str, Any] | None = None) -> str | None:
+    """The newest *complete* checkpoint under ``url`` (what ``--resume auto`` takes)."""
+    done = [u for _, u, complete in list_checkpoints(url, storage_options) if complete]
+    return done[-1] if done else None
+
+
+class Checkpointer:
+    """Saves and loads checkpoints under one directory or URL; every rank makes the same calls
+    (saves and loads are collective)."""
+
+    def __init__(self, url: str, *, keep: int = 3,
+                 storage_options: dict[str, Any] | None = None,
+                 async_save: bool = False) -> None:
+        if keep < 1:
+            raise ValueError(f"keep must be >= 1, got {keep}")
+        self.loc = resolve(url, storage_options)
+        self.url = self.loc.url
+        self.storage_options = storage_options
+        self.keep = keep
+        self.async_save = async_save
+        self._pending: tuple[Future, str, int] | None = None
+        self._group: Any = None
+        if async_save and dist.is_available() and dist.is_initialized():
+            # DCP's background thread runs collectives; a group of its own keeps them from
+            # interleaving with the training loop's all-reduces on the default group.
+            self._group = dist.new_group(backend="gloo")
+
+    # -- save ------------------------------------------------------------------------------
+
+    def save(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
+             trainer_state: dict[str, Any]) -> str:
+        """Write checkpoint ``step``; returns its URL. With async saving, returns once the
+        tensors are staged in memory; the marker is written by :meth:`wait` (called by the
+        next save and at the end of training)."""
+        self.wait()
+        rank, _ = _rank_world()
+        name = step_dir_name(step)
+        url = self.loc.child_url(name)
+        path = self.loc.path(name)
+        if rank == 0 and self.loc.fs.exists(path):
+            self._remove(name)  # a leftover of a save that never finished
+        _barrier()
+        self.loc.fs.makedirs(self.loc.path(f"{name}/rng"), exist_ok=True)
+        self._write_json(f"{name}/rng/rank{rank:05d}.json", rng_state())
+        if rank == 0:
+            state = {"format": FORMAT_VERSION, "step": step, **trainer_state}
+            self._write_json(f"{name}/{TRAINER_STATE}", state)
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        state_dict = {"model": model_sd, "optim": optim_sd}
+        writer = _storage_writer(self.loc, url, self.storage_options)
+        if self.async_save:
+            result = dcp.async_save(state_dict, storage_writer=writer,
+                                    process_group=self._group)
+            fut = getattr(result, "upload_completion", result)
+            self._pending = (fut, name, step)
+        else:
+            dcp.save(state_dict, storage_writer=writer)
+            self._finish(name)
+        return url
+
+    def wait(self) -> None:
+        """Finish a pending asynchronous save (marker and pruning)."""
+        if self._pending is None:
+            return
+        fut, name, _ = self._pending
+        self._pending = None
+        fut.result()
+        self._finish(name)
+
+    def _finish(self, name: str) -> None:
+        _barrier()  # every rank's shards and RNG file are written
+        if _rank_world()[0] == 0:
+            self._write_json(f"{name}/{COMPLETE}", {"format": FORMAT_VERSION})
+            self.prune()
+        _barrier()
+
+    def prune(self) -> None:
+        """Keep the newest ``keep`` complete checkpoints; drop older ones and incomplete ones
+        older than the newest complete one (leftovers of killed saves)."""
+        entries = list_checkpoints(self.url, self.storage_options)
+        complete = [s for s, _, c in entries if c]
+        if not complete:
+            return
+        keep = set(complete[-self.keep:])
+        newest = complete[-1]
+        for step, _, is_complete in entries:
+            if step in keep or (not is_complete and step > newest):
+                continue
+            self._remove(step_dir_name(step))
+
+    def _remove(self, name: str) -> None:
+        """Delete one checkpoint directory. On object stores that keep folder entries
+        (SeaweedFS), deleting every object leaves empty ``name/`` and ``name/rng/`` entries
+        that would still list as a (broken) checkpoint: delete those keys too."""
+        fs, path = self.loc.fs, self.loc.path(name)
+        fs.rm(path, recursive=True)
+        if not self.loc.is_local:
+            for folder in (f"{path}/rng/", f"{path}/"):
+                with contextlib.suppress(FileNotFoundError, OSError):
+                    fs.rm_file(folder)
+            fs.invalidate_cache()
+
+    def _write_json(self, relative: str, obj: Any) -> None:
+        data = json.dumps(obj, sort_keys=True).encode("utf-8")
+        with self.loc.fs.open(self.loc.path(relative), "wb") as f:
+            f.write(data)
+
+    # -- load ------------------------------------------------------------------------------
+
+    def resolve_resume(self, resume: str) -> str | None:
+        """``none`` → None; ``auto`` → newest complete checkpoint here (or None); anything
+        else is a checkpoint URL that must be complete. Rank 0 decides, everyone follows, so
+        that a save finishing during the lookup cannot split the ranks."""
+        if resume == "none":
+            return None
+        if resume == "auto":
+            found = latest_checkpoint(self.url, self.storage_options) \
+                if _rank_world()[0] == 0 else None
+            return _broadcast(found)
+        return resume
+
+
+def load_checkpoint(url: str, model: nn.Module, optimizer: torch.optim.Optimizer,
+                    storage_options: dict[str, Any] | None = None) -> LoadedCheckpoint:
+    """Load model and optimizer (resharded to this world size by DCP), restore this rank's RNG
+    states when the checkpoint has them, and return the trainer state."""
+    loc = resolve(url, storage_options)
+    if not loc.fs.exists(loc.path(COMPLETE)):
+        raise CheckpointError(f"{url} is not a complete checkpoint (no {COMPLETE} marker)")
+    with loc.fs.open(loc.path(TRAINER_STATE), "rb") as f:
+        trainer_state = json.loads(f.read().decode("utf-8"))
+    if trainer_state.get("format") != FORMAT_VERSION:
+        raise CheckpointError(f"{url}: checkpoint format {trainer_state.get('format')!r}, "
+                              f"expected {FORMAT_VERSION}")
+    try:  # DCP reads it again (safely too), but would bury this error in a collective's
+        with loc.fs.open(loc.path(".metadata"), "rb") as f:
+            _MetadataUnpickler(io.BytesIO(f.read())).load()
+    except (pickle.UnpicklingError, EOFError, AttributeError) as exc:
+        raise CheckpointError(f"{url}: unreadable DCP metadata: {exc}") from None
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    state_dict = {"model": model_sd, "optim": optim_sd}
+    dcp.load(state_dict,
+             storage_reader=_storage_reader(loc, loc.url, storage_options),
+             planner=SafeLoadPlanner())
+    set_state_dict(model, optimizer, model_state_dict=state_dict["model"],
+                   optim_state_dict=state_dict["optim"])
+    rank, _ = _rank_world()
+    rng_path = loc.path(f"rng/rank{rank:05d}.json")
+    restored = False
+    if loc.fs.exists(rng_path):  # a rank that did not exist before keeps its seeded state
+        with loc.fs.open(rng_path, "rb") as f:
+            set_rng_state(json.loads(f.read().decode("utf-8")))
+        restored = True
+    return LoadedCheckpoint(loc.url, int(trainer_state["step"]), trainer_state, restored)
