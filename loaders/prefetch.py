@@ -15,26 +15,29 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from loaders import plan
 from loaders.reader import TokenReader
 
 
 def group_schedule(reader: TokenReader, samples: np.ndarray,
                    seq_len: int) -> tuple[np.ndarray, np.ndarray, list[int], dict[int, int]]:
-    """Per sample its first and last row group; the groups in first-use order; last uses."""
+    """Per sample its first and last row group; the groups in first-use order; last uses.
+
+    Vectorised (NumPy over the ``(sample, group)`` pairs): a Python loop here cost ~2 us per
+    sample, a tenth of the decode time of the sample's tokens.
+    """
     width = seq_len + 1
     starts = samples.astype(np.int64) * width
     first = np.searchsorted(reader.index.starts, starts, side="right") - 1
     last = np.searchsorted(reader.index.starts, starts + width, side="left") - 1
-    order: list[int] = []
-    last_use: dict[int, int] = {}
-    seen: set[int] = set()
-    for i, (a, b) in enumerate(zip(first.tolist(), last.tolist(), strict=True)):
-        for g in range(a, b + 1):
-            if g not in seen:
-                seen.add(g)
-                order.append(g)
-            last_use[g] = i
+    counts = last - first + 1
+    use = np.repeat(np.arange(len(samples)), counts)  # sample index of each pair
+    offsets = np.arange(len(use)) - np.repeat(np.cumsum(counts) - counts, counts)
+    groups = np.repeat(first, counts) + offsets  # group of each pair, in order of use
+    uniq, first_pos = np.unique(groups, return_index=True)
+    order = groups[np.sort(first_pos)].tolist()
+    # Pairs are in non-decreasing sample order: a group's last use is its last pair.
+    last_pos = len(groups) - 1 - np.unique(groups[::-1], return_index=True)[1]
+    last_use = dict(zip(uniq.tolist(), use[last_pos].tolist(), strict=True))
     return first, last, order, last_use
 
 
@@ -63,44 +66,59 @@ class PrefetchingWindows:
         self.threads = max(1, threads)
         self.wait_s = 0.0
 
+    def _arrival(self, fut: Future[dict[int, np.ndarray]], g: int) -> np.ndarray:
+        if fut.done():
+            return fut.result()[g]
+        t0 = time.perf_counter()
+        arr = fut.result()[g]
+        self.wait_s += time.perf_counter() - t0
+        return arr
+
     def __iter__(self) -> Iterator[np.ndarray]:
+        # The loop below runs once per sample (~100,000 per 200 M tokens), so everything
+        # per-sample that NumPy can do is done up front, and a sample inside one row group (all
+        # but ~1 % of them at the default sizes) takes a short path with no allocation beyond
+        # its view.
         reader, width = self.reader, self.seq_len + 1
         first, last, order, last_use = group_schedule(reader, self.samples, self.seq_len)
-        starts_of = reader.index.starts
-        position = {g: k for k, g in enumerate(order)}
+        position = np.zeros(len(reader.index), dtype=np.int64)
+        position[order] = np.arange(len(order))
+        need = np.maximum(position[first], position[last])  # exact unless a sample spans 3+
+        for i in np.flatnonzero(last - first > 1).tolist():
+            need[i] = position[first[i]:last[i] + 1].max()
         units = fetch_units(reader, order, self.max_unit_groups)
-        unit_at = {}  # position in `order` of a unit's first group -> unit
+        unit_at = {int(position[unit[0]]): unit for unit in units}
+        group_start = reader.index.starts.tolist()
+        firsts, lasts, needs = first.tolist(), last.tolist(), need.tolist()
+        starts = (self.samples.astype(np.int64) * width).tolist()
         resident: dict[int, Future[dict[int, np.ndarray]]] = {}
-        next_fetch = 0
-        for unit in units:
-            unit_at[position[unit[0]]] = unit
+        ready: dict[int, np.ndarray] = {}  # decoded groups already taken from their future
+        next_fetch, n_order, lookahead = 0, len(order), self.lookahead
         with ThreadPoolExecutor(self.threads, thread_name_prefix="shardflow-read") as pool:
             try:
-                for i, sample in enumerate(self.samples.tolist()):
+                for i in range(len(starts)):
                     # Keep `lookahead` groups beyond the current one requested.
-                    need = max(position[g] for g in range(int(first[i]), int(last[i]) + 1))
-                    horizon = need + self.lookahead
-                    while next_fetch < len(order) and next_fetch <= horizon:
+                    horizon = needs[i] + lookahead
+                    while next_fetch < n_order and next_fetch <= horizon:
                         unit = unit_at[next_fetch]
                         fut = pool.submit(reader.fetch_groups, unit)
                         for g in unit:
                             resident[g] = fut
                         next_fetch += len(unit)
-                    start, stop = plan.sample_span(sample, self.seq_len)
+                    start, a, b = starts[i], firsts[i], lasts[i]
                     parts = []
-                    for g in range(int(first[i]), int(last[i]) + 1):
-                        fut = resident[g]
-                        if not fut.done():
-                            t0 = time.perf_counter()
-                            arr = fut.result()[g]
-                            self.wait_s += time.perf_counter() - t0
-                        else:
-                            arr = fut.result()[g]
-                        g0 = int(starts_of[g])
-                        parts.append(arr[max(start - g0, 0):min(stop - g0, len(arr))])
+                    for g in range(a, b + 1):
+                        arr = ready.get(g)
+                        if arr is None:
+                            arr = ready[g] = self._arrival(resident[g], g)
+                        lo = start - group_start[g]
+                        parts.append(arr[max(lo, 0):lo + width])
                         if last_use[g] == i:
-                            del resident[g]
-                    window = parts[0] if len(parts) == 1 else np.concatenate(parts)
+                            del resident[g], ready[g]
+                    if len(parts) == 1:
+                        yield parts[0]
+                        continue
+                    window = np.concatenate(parts)
                     assert len(window) == width
                     yield window
             finally:

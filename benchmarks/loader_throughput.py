@@ -1,0 +1,565 @@
+"""Delivered tokens/s, CPU cost, start-up, resume and memory: Shardflow's loader vs its peers.
+
+Everything runs in one invocation on the same tokens: the real Shakespeare GPT-2 token stream
+repeated (``np.resize``) to ``--tokens`` tokens and cut into samples of 2049 tokens (a 2048
+window plus the shifted label), the grid Shardflow's plan uses. Every loader therefore delivers
+exactly the same samples, as the same batch: ``{"input_ids", "labels"}``, int64, 8 x 2048.
+
+Loaders measured (``CONFIGS`` below; medians over ``--runs`` full epochs, warm page cache):
+
+- ``shardflow_local`` / ``shardflow_s3``: ``build_dataloader(url, 8, 2048)`` with its DEFAULT
+  settings (in-process, one batch thread, read-ahead thread pool), from local disk and from a
+  real S3 server on loopback (MinIO or SeaweedFS, ``storage.testing``).
+- ``shardflow_local_w2``: the same with ``num_workers=2`` (context: the cost of worker IPC).
+- ``pyarrow_rowgroups``: a bare ``ParquetFile.read_row_group`` loop over the same local shards,
+  one thread, no shuffle, no batches: the decode ceiling of the format (aim: Shardflow >= 0.8x).
+- ``mosaic_*``: MosaicML ``streaming`` over MDS shards written with its ``MDSWriter``
+  (``ndarray:int32:2049`` column, no compression: its fastest local layout), shuffled (py1e).
+- ``litdata_*``: litdata over chunks written with its ``optimize`` and read with its
+  ``TokensLoader(block_size=2049)`` (its recommended layout for LLM pretraining), shuffled.
+- For both peers: in-process (``_inproc``) and ``DataLoader(num_workers=2)`` with the default
+  ``file_descriptor`` tensor sharing (``_w2``) and with ``file_system`` sharing (``_w2fs``),
+  which is faster for worker hand-off; the peers' best of these is the reference.
+
+Each configuration runs in its own fresh Python process so that its peak RSS
+(``ru_maxrss``), and that of its DataLoader workers (``RUSAGE_CHILDREN``), are its own.
+CPU-seconds are ``getrusage`` user+sys of that process and its reaped children (workers) over
+the epoch; the S3 server's own CPU is not counted (it is the store, not the loader).
+
+For Shardflow also: time to first batch (``build_dataloader`` + first batch, i.e. manifest
+read, plan and first row-group reads; aim < 1 s from S3) and resume at 90 % of an epoch
+(a new loader + ``load_state_dict`` + first batch, checked equal to the batch the
+uninterrupted run got there; aim < 1 s).
+
+Peers are installed without their dependency trees (see ``_install_stand_ins``):
+
+    pip install --no-deps mosaicml-streaming litdata lightning-utilities catalogue brotli zstd
+
+    python benchmarks/loader_throughput.py            # ~200 M tokens, 5 runs
+    python benchmarks/loader_throughput.py --quick    # ~10 M tokens, 2 runs, under a minute
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import time
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.bench_utils import RESULTS, median, write_results  # noqa: E402
+
+BATCH, SEQ = 8, 2048
+WIDTH = SEQ + 1
+PEERS = ("mosaic", "litdata")
+CONFIGS = ("shardflow_local", "shardflow_s3", "shardflow_local_w2", "pyarrow_rowgroups",
+           "mosaic_inproc", "mosaic_w2", "mosaic_w2fs",
+           "litdata_inproc", "litdata_w2", "litdata_w2fs")
+QUICK_CONFIGS = ("shardflow_local", "shardflow_s3", "pyarrow_rowgroups",
+                 "mosaic_inproc", "litdata_inproc", "litdata_w2fs")
+
+
+# -- the peers' imports ------------------------------------------------------------------------
+
+
+def _stub(name: str, **attrs: Any) -> None:
+    module = types.ModuleType(name)
+    module.__path__ = []  # a package, so that submodules can be stubbed below it
+    module.__dict__.update(attrs)
+    sys.modules[name] = module
+
+
+def _missing(name: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is None
+    except (ImportError, ValueError):
+        return True
+
+
+def _install_stand_ins() -> None:
+    """Empty modules for what the peers import at module level but this benchmark never runs.
+
+    Installing the peers with their declared dependencies would pull a CUDA torch,
+    torchvision, transformers and the Azure/GCS/OCI SDKs. Instead they are installed with
+    ``--no-deps`` plus the few small packages their import chains really use (listed in the
+    module docstring), and these stand-ins fill the rest:
+
+    - ``streaming.vision``, ``streaming.text``, ``streaming.multimodal``: dataset-specific
+      subpackages that ``import streaming`` loads eagerly; vision imports torchvision (whose
+      wheel fails beside the CPU torch here), text imports transformers' tokenizers.
+    - ``transformers.feature_extraction_utils.BatchFeature`` and
+      ``transformers.tokenization_utils_base.BatchEncoding``: only type-checked by
+      ``streaming.base.dataloader`` when a batch is one of them; ours never are.
+    - ``snappy``: a compression codec ``streaming`` imports eagerly; MDS shards here are
+      uncompressed.
+    - ``boto3`` and ``requests`` (+ ``requests.adapters.HTTPAdapter``): litdata's S3 client;
+      its chunks here are read from local disk. (A real ``boto3`` would have to match the
+      ``botocore`` that s3fs's aiobotocore pins, so it is not installed.)
+
+    A stand-in is only installed when the real module is absent.
+    """
+
+    class _Placeholder(dict):
+        """A type nothing is ever an instance of (batches here are plain dicts)."""
+
+    if _missing("transformers"):
+        _stub("transformers")
+        _stub("transformers.feature_extraction_utils", BatchFeature=_Placeholder)
+        _stub("transformers.tokenization_utils_base", BatchEncoding=_Placeholder)
+    for name in ("streaming.vision", "streaming.text", "streaming.multimodal"):
+        _stub(name)
+    for name in ("snappy", "boto3"):
+        if _missing(name):
+            _stub(name)
+    if _missing("requests"):
+        _stub("requests")
+        _stub("requests.adapters", HTTPAdapter=object)
+
+
+# -- writing the same tokens in every format ---------------------------------------------------
+
+
+def base_tokens(workdir: Path) -> np.ndarray:
+    """The Shakespeare GPT-2 tokens, tokenized once and cached (tokenizing takes ~10 s)."""
+    cache = workdir / "shakespeare_gpt2.npy"
+    if cache.exists():
+        return np.load(cache)
+    from benchmarks.bench_utils import shakespeare_tokens
+
+    tokens = shakespeare_tokens()
+    np.save(cache, tokens)
+    return tokens
+
+
+def write_mds(samples: np.ndarray, out: Path) -> None:
+    from streaming import MDSWriter
+
+    columns = {"tokens": f"ndarray:int32:{WIDTH}"}
+    with MDSWriter(out=str(out), columns=columns, compression=None, size_limit=1 << 26,
+                   progress_bar=False) as writer:
+        for row in samples:
+            writer.write({"tokens": row})
+
+
+_LITDATA_SOURCE: np.ndarray | None = None
+_LITDATA_ITEM = 256  # samples per item given to optimize: items never straddle 2049-token blocks
+
+
+def _litdata_item(index: int) -> Any:
+    import torch
+
+    assert _LITDATA_SOURCE is not None
+    rows = _LITDATA_SOURCE[index * _LITDATA_ITEM:(index + 1) * _LITDATA_ITEM]
+    return torch.from_numpy(np.ascontiguousarray(rows).reshape(-1))
+
+
+def write_litdata(samples: np.ndarray, out: Path) -> None:
+    """``optimize`` with ``TokensLoader``: chunks hold whole 2049-token blocks only."""
+    global _LITDATA_SOURCE
+    from litdata import optimize
+    from litdata.streaming.item_loader import TokensLoader
+
+    _LITDATA_SOURCE = samples  # the (forked) optimize worker reads it from here
+    n_items = -(-len(samples) // _LITDATA_ITEM)
+    optimize(fn=_litdata_item, inputs=list(range(n_items)), output_dir=str(out),
+             chunk_bytes="64MB", item_loader=TokensLoader(), num_workers=1,
+             start_method="fork", verbose=False)
+    _LITDATA_SOURCE = None
+
+
+# -- one configuration, in its own process -----------------------------------------------------
+
+
+def _to_batch(rows: Any) -> dict[str, Any]:
+    """``[B, 2049]`` tokens -> the batch every loader here delivers (int64 inputs and labels)."""
+    import torch
+
+    t = rows if isinstance(rows, torch.Tensor) else torch.from_numpy(np.stack(rows))
+    t = t.to(torch.int64)
+    return {"input_ids": t[:, :-1], "labels": t[:, 1:]}
+
+
+def _collate_mosaic(samples: list[dict[str, np.ndarray]]) -> dict[str, Any]:
+    return _to_batch([s["tokens"] for s in samples])
+
+
+def _collate_litdata(samples: list[Any]) -> dict[str, Any]:
+    import torch
+
+    return _to_batch(torch.stack(samples))
+
+
+def _grouped(items: Iterator[Any], n: int) -> Iterator[list[Any]]:
+    group: list[Any] = []
+    for item in items:
+        group.append(item)
+        if len(group) == n:
+            yield group
+            group = []
+    if group:
+        yield group
+
+
+def _cpu_s() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _status_mb(field: str) -> float:
+    """``VmRSS`` (now) or ``VmHWM`` (peak) of this process, from ``/proc/self/status``.
+
+    ``ru_maxrss`` of RUSAGE_SELF is not used: Linux carries it across ``exec``, so a child
+    started by the (large) parent would report the parent's peak.
+    """
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _make_source(config: str, spec: dict[str, Any]) -> Callable[[], Iterator[Any]]:
+    """A function that starts one epoch of ``config`` and yields its batches."""
+    kind = config.split("_")[0]
+    workers = 2 if "_w2" in config else 0
+    if config.endswith("_w2fs"):
+        import torch.multiprocessing
+
+        torch.multiprocessing.set_sharing_strategy("file_system")
+    if kind == "shardflow":
+        from loaders import build_dataloader
+
+        url, options = spec["s3_url"], spec["s3_options"]
+        if config.startswith("shardflow_local"):
+            url, options = spec["local_url"], None
+        return lambda: iter(build_dataloader(url, BATCH, SEQ, num_workers=workers,
+                                             storage_options=options))
+    if kind == "pyarrow":
+        import pyarrow.parquet as pq
+
+        files = sorted(Path(spec["local_url"], "shards").glob("*.parquet"))
+
+        def rowgroups() -> Iterator[Any]:
+            for path in files:
+                pf = pq.ParquetFile(path)
+                for i in range(pf.num_row_groups):
+                    table = pf.read_row_group(i, columns=["input_ids"], use_threads=False)
+                    yield table.column(0).combine_chunks().flatten().to_numpy()
+        return rowgroups
+    _install_stand_ins()
+    if kind == "mosaic":
+        from streaming import StreamingDataLoader, StreamingDataset
+        from streaming.base.util import clean_stale_shared_memory
+
+        clean_stale_shared_memory()
+        mds = StreamingDataset(local=spec["mds_dir"], batch_size=BATCH, shuffle=True)
+        if workers:
+            return lambda: iter(StreamingDataLoader(
+                mds, batch_size=BATCH, num_workers=workers, collate_fn=_collate_mosaic,
+                persistent_workers=False))
+        return lambda: map(_collate_mosaic, _grouped(iter(mds), BATCH))
+    if kind == "litdata":
+        from litdata import StreamingDataLoader as LitLoader
+        from litdata import StreamingDataset as LitDataset
+        from litdata.streaming.item_loader import TokensLoader
+
+        def dataset() -> Any:
+            return LitDataset(spec["litdata_dir"], item_loader=TokensLoader(block_size=WIDTH),
+                              shuffle=True)
+        lit = dataset()
+        if workers:
+            return lambda: iter(LitLoader(dataset(), batch_size=BATCH, num_workers=workers,
+                                          collate_fn=_collate_litdata))
+        return lambda: map(_collate_litdata, _grouped(iter(lit), BATCH))
+    raise ValueError(config)
+
+
+def _count_tokens(item: Any) -> int:
+    if isinstance(item, dict):
+        return int(item["input_ids"].numel())
+    return len(item)
+
+
+def _shardflow_resume(config: str, spec: dict[str, Any], runs: int) -> dict[str, Any]:
+    """Resume at 90 % of an epoch: new loader + ``load_state_dict`` + first batch."""
+    import torch
+
+    from loaders import build_dataloader
+
+    url, options = spec["s3_url"], spec["s3_options"]
+    if config.startswith("shardflow_local"):
+        url, options = spec["local_url"], None
+    loader = build_dataloader(url, BATCH, SEQ, storage_options=options)
+    stop = int(0.9 * len(loader))
+    it = iter(loader)
+    for _ in range(stop):
+        next(it)
+    state = loader.state_dict()
+    expected = next(it)["input_ids"]
+    it.close()
+    total, load_first = [], []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fresh = build_dataloader(url, BATCH, SEQ, storage_options=options)
+        t1 = time.perf_counter()
+        fresh.load_state_dict(json.loads(json.dumps(state)))  # as a checkpoint would carry it
+        resumed = iter(fresh)
+        batch = next(resumed)
+        t2 = time.perf_counter()
+        resumed.close()
+        assert torch.equal(batch["input_ids"], expected), "resume did not continue exactly"
+        total.append(t2 - t0)
+        load_first.append(t2 - t1)
+    return {"at_batch": stop, "of_batches": len(loader), "build_load_first_s": total,
+            "load_first_s": load_first, "state_bytes": len(json.dumps(state))}
+
+
+def run_child(config: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """Run ``spec["runs"]`` epochs of ``config`` here; report times, CPU and RSS."""
+    source = _make_source(config, spec)
+    rss_ready = _status_mb("VmRSS")
+    runs = []
+    for _ in range(spec["runs"]):
+        cpu0, t0 = _cpu_s(), time.perf_counter()
+        tokens = batches = 0
+        first = None
+        for item in source():
+            if first is None:
+                first = time.perf_counter() - t0
+            tokens += _count_tokens(item)
+            batches += 1
+        seconds = time.perf_counter() - t0
+        runs.append({"seconds": seconds, "tokens": tokens, "batches": batches,
+                     "cpu_s": _cpu_s() - cpu0, "first_batch_s": first})
+    out: dict[str, Any] = {
+        "runs": runs, "rss_ready_mb": rss_ready,
+        "peak_rss_mb": _status_mb("VmHWM"),
+        # The largest reaped DataLoader worker; it counts the pages it shares with this
+        # process (torch, the dataset object) as its own.
+        "peak_worker_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
+    if config in ("shardflow_local", "shardflow_s3"):
+        out["resume"] = _shardflow_resume(config, spec, spec["runs"])
+    return out
+
+
+def measure(config: str, spec: dict[str, Any], attempts: int = 2) -> dict[str, Any]:
+    """Run one configuration in a fresh interpreter and summarise it.
+
+    A failed configuration is tried once more: on a loaded machine torch's shared-memory
+    manager (``file_system`` sharing) can time out, which says nothing about the loader.
+    """
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", config,
+           "--spec", json.dumps(spec)]
+    for attempt in range(1, attempts + 1):
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+        if proc.returncode == 0 and lines:
+            break
+        tail = (proc.stderr or proc.stdout)[-3000:]
+        print(f"  {config}: FAILED (exit {proc.returncode}, attempt {attempt})\n{tail[-600:]}")
+        if attempt == attempts:
+            return {"error": tail}
+    raw = json.loads(lines[-1][len("RESULT "):])
+    runs = raw["runs"]
+    sec = median([r["seconds"] for r in runs])
+    tokens = runs[0]["tokens"]
+    cpu = median([r["cpu_s"] for r in runs])
+    out = {**raw, "median_s": sec, "tokens": tokens, "mtok_per_s": tokens / sec / 1e6,
+           "cpu_s_per_gtok": cpu / tokens * 1e9,
+           "first_batch_s": median([r["first_batch_s"] for r in runs])}
+    if "resume" in raw:
+        out["resume_s"] = median(raw["resume"]["build_load_first_s"])
+    return out
+
+
+# -- the parent: data, server, table, plot -----------------------------------------------------
+
+
+def prepare(workdir: Path, n_tokens: int, server: Any) -> dict[str, Any]:
+    from benchmarks.bench_utils import write_token_dataset
+    from storage import ReplicaSet
+
+    _install_stand_ins()
+    base = base_tokens(workdir)
+    data = workdir / f"data-{n_tokens}"
+    shutil.rmtree(data, ignore_errors=True)
+    data.mkdir(parents=True)
+    tokens = np.resize(base, n_tokens)
+    samples = tokens[:len(tokens) // WIDTH * WIDTH].reshape(-1, WIDTH)
+    shards = max(2, n_tokens // 4_000_000)
+    bucket = server.make_bucket("loader-bench")
+    spec = {"local_url": str(data / "shardflow"), "s3_url": f"{bucket.url}/ds",
+            "s3_options": bucket.storage_options, "mds_dir": str(data / "mds"),
+            "litdata_dir": str(data / "litdata"), "samples": len(samples), "shards": shards}
+    steps: list[tuple[str, Callable[[], Any]]] = [
+        ("shardflow local", lambda: write_token_dataset(
+            ReplicaSet.from_urls([spec["local_url"]]), tokens, shards)),
+        ("shardflow s3", lambda: write_token_dataset(
+            ReplicaSet.from_urls([spec["s3_url"]], bucket.storage_options), tokens, shards)),
+        ("mds", lambda: write_mds(samples, Path(spec["mds_dir"]))),
+        ("litdata", lambda: write_litdata(samples, Path(spec["litdata_dir"]))),
+    ]
+    spec["write_s"] = {}
+    for name, step in steps:
+        t0 = time.perf_counter()
+        step()
+        spec["write_s"][name] = time.perf_counter() - t0
+        print(f"  wrote {name} in {spec['write_s'][name]:.1f} s")
+    return spec
+
+
+def summarise(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    ok = {k: v for k, v in results.items() if "error" not in v}
+    peers = {k: v for k, v in ok.items() if k.split("_")[0] in PEERS}
+    best_rate = max(peers.values(), key=lambda v: v["mtok_per_s"], default=None)
+    best_cpu = min(peers.values(), key=lambda v: v["cpu_s_per_gtok"], default=None)
+    summary: dict[str, Any] = {}
+    if best_rate:
+        summary["peers_best_mtok_per_s"] = best_rate["mtok_per_s"]
+        summary["peers_best_config"] = next(k for k, v in peers.items() if v is best_rate)
+    if best_cpu:
+        summary["peers_lowest_cpu_s_per_gtok"] = best_cpu["cpu_s_per_gtok"]
+    for v in ok.values():
+        if best_rate:
+            v["x_peers_best_rate"] = v["mtok_per_s"] / best_rate["mtok_per_s"]
+        if best_cpu:
+            v["x_peers_lowest_cpu"] = v["cpu_s_per_gtok"] / best_cpu["cpu_s_per_gtok"]
+    if "shardflow_local" in ok and "pyarrow_rowgroups" in ok:
+        summary["shardflow_local_vs_pyarrow"] = (ok["shardflow_local"]["mtok_per_s"]
+                                                 / ok["pyarrow_rowgroups"]["mtok_per_s"])
+    for where in ("local", "s3"):
+        r = ok.get(f"shardflow_{where}")
+        if r:
+            summary[f"first_batch_{where}_s"] = r["first_batch_s"]
+            summary[f"resume_90pct_{where}_s"] = r["resume_s"]
+    return summary
+
+
+def print_table(results: dict[str, dict[str, Any]], summary: dict[str, Any]) -> None:
+    head = (f"{'config':20} {'Mtok/s':>8} {'x best':>7} {'CPU s/Gtok':>11} {'x lowest':>8} "
+            f"{'1st batch':>9} {'peak RSS':>9} {'worker RSS':>10}")
+    print(head)
+    print("-" * len(head))
+    for name, r in results.items():
+        if "error" in r:
+            print(f"{name:20} failed")
+            continue
+        worker = f"{r['peak_worker_rss_mb']:8.0f}MB" if "_w2" in name else f"{'-':>10}"
+        print(f"{name:20} {r['mtok_per_s']:8.1f} {r.get('x_peers_best_rate', 0):7.2f} "
+              f"{r['cpu_s_per_gtok']:11.1f} {r.get('x_peers_lowest_cpu', 0):8.2f} "
+              f"{r['first_batch_s']:8.2f}s {r['peak_rss_mb']:7.0f}MB {worker}")
+    print()
+    for key, value in summary.items():
+        print(f"  {key}: {value:.3f}" if isinstance(value, float) else f"  {key}: {value}")
+
+
+def plot(results: dict[str, dict[str, Any]], summary: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = {k: v for k, v in results.items() if "error" not in v}
+    names = list(ok)
+    colors = ["tab:blue" if n.startswith("shardflow") else "tab:gray" if n.startswith("pyarrow")
+              else "tab:orange" if n.startswith("mosaic") else "tab:green" for n in names]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.5))
+    ax1.bar(names, [ok[n]["mtok_per_s"] for n in names], color=colors)
+    ax1.set_ylabel("delivered Mtokens/s (batch 8 x 2048)")
+    ax1.set_title("throughput, median of runs (higher is better)")
+    ax2.bar(names, [ok[n]["cpu_s_per_gtok"] for n in names], color=colors)
+    ax2.set_ylabel("CPU-seconds per billion tokens")
+    ax2.set_title("CPU cost (lower is better)")
+    for ax in (ax1, ax2):
+        ax.tick_params(axis="x", rotation=50)
+        for label in ax.get_xticklabels():
+            label.set_horizontalalignment("right")
+    best = summary.get("peers_best_mtok_per_s")
+    if best:
+        ax1.axhline(best, color="black", linestyle=":", linewidth=1, label="peers' best")
+        ax1.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=float, default=200e6, help="tokens in the dataset")
+    parser.add_argument("--runs", type=int, default=5, help="epochs per configuration")
+    parser.add_argument("--quick", action="store_true",
+                        help="~10 M tokens, 2 runs, fewer configurations (smoke test)")
+    parser.add_argument("--configs", default=None, help="comma-separated subset of configs")
+    parser.add_argument("--update", action="store_true",
+                        help="merge the configs measured now into the existing results file "
+                             "(same --tokens and --runs) instead of replacing it")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/shardflow-loader-bench"),
+                        help="where the datasets are written (removed afterwards)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--spec", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print("RESULT " + json.dumps(run_child(args.child, json.loads(args.spec))), flush=True)
+        return 0
+
+    from storage.testing import start_servers
+
+    n_tokens, runs, configs = int(args.tokens), args.runs, CONFIGS
+    if args.quick:
+        n_tokens, runs, configs = 10_000_000, 2, QUICK_CONFIGS
+    if args.configs:
+        configs = tuple(args.configs.split(","))
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    print(f"dataset: {n_tokens / 1e6:.0f} M tokens of Shakespeare (GPT-2 BPE), "
+          f"samples of {WIDTH}, batch {BATCH} x {SEQ}, {runs} runs per config")
+    t_start = time.perf_counter()
+    (server,) = start_servers(1)
+    try:
+        spec = prepare(args.workdir, n_tokens, server)
+        spec["runs"] = runs
+        results = {}
+        for config in configs:
+            results[config] = measure(config, spec)
+            r = results[config]
+            if "error" not in r:
+                print(f"  {config:20} {r['mtok_per_s']:8.1f} Mtok/s  "
+                      f"{r['cpu_s_per_gtok']:8.1f} CPU-s/Gtok")
+    finally:
+        server.stop()
+        shutil.rmtree(args.workdir / f"data-{n_tokens}", ignore_errors=True)
+    name = "loader_throughput_quick" if args.quick else "loader_throughput"
+    previous = RESULTS / f"{name}.json"
+    if args.update and previous.exists():
+        old = json.loads(previous.read_text())
+        if (old["tokens"], old["runs"]) != (n_tokens, runs):
+            raise SystemExit(f"{previous} has {old['tokens']} tokens x {old['runs']} runs")
+        results = {**old["configs"], **results}
+    summary = summarise(results)
+    print()
+    print_table(results, summary)
+    out = {"tokens": n_tokens, "samples": spec["samples"], "shards": spec["shards"],
+           "batch": BATCH, "seq_len": SEQ, "runs": runs, "backend": server.backend,
+           "write_s": spec["write_s"], "configs": results, "summary": summary,
+           "wall_s": time.perf_counter() - t_start}
+    path = write_results(name, out)
+    plot(results, summary, RESULTS / f"{name}.png")
+    print(f"results: {path} and {RESULTS / f'{name}.png'} ({out['wall_s']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
