@@ -59,6 +59,7 @@ from loaders import plan  # noqa: E402
 SEQ = 2048
 WIDTH = SEQ + 1
 ROW_GROUP_TOKENS = 256 * 1024
+PER_GROUP = ROW_GROUP_TOKENS // WIDTH  # samples per row group
 MDS_SHARD_SAMPLES = 8192
 WINDOW = 64
 BATCH = 8
@@ -89,8 +90,9 @@ def py1e_style(n_samples: int, shard_samples: int, block: int, seed: int) -> np.
 
 def groups_of(order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """First and last row group of each sample (fixed-size row groups)."""
-    start = order.astype(np.int64) * WIDTH
-    return start // ROW_GROUP_TOKENS, (start + WIDTH - 1) // ROW_GROUP_TOKENS
+    # The loader's grid: whole windows inside each row group, none spanning two.
+    group = order.astype(np.int64) // PER_GROUP
+    return group, group
 
 
 def lru_reads(order: np.ndarray, capacity: int) -> int:
@@ -159,9 +161,9 @@ def quality(order: np.ndarray, n_groups: int, lru: int, k: int) -> dict[str, flo
 
 
 def orders(n_samples: int, seed: int) -> dict[str, np.ndarray]:
-    block = plan.block_size(ROW_GROUP_TOKENS, SEQ)
+    block = PER_GROUP  # one block per row group, as in the loader
     out = {}
-    for wb in (4, 16):
+    for wb in (4, 16, 64):
         out[f"shardflow (window_blocks={wb})"] = plan.epoch_order(n_samples, block, seed, 0,
                                                                   window_blocks=wb)
     for blk in (1 << 18, 1 << 14):
@@ -209,8 +211,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="200 M tokens")
     args = parser.parse_args()
     n_tokens = int(2e8 if args.quick else args.tokens)
-    n_samples = plan.num_samples(n_tokens, SEQ)
     n_groups = -(-n_tokens // ROW_GROUP_TOKENS)
+    n_samples = int(plan.group_samples(np.full(n_groups, ROW_GROUP_TOKENS), SEQ).sum())
     print(f"{n_tokens / 1e9:.1f} B tokens: {n_samples} samples of {WIDTH}, {n_groups} row groups "
           f"of {ROW_GROUP_TOKENS} tokens; LRU of {args.lru} groups")
     results: dict[str, Any] = {"tokens": n_tokens, "samples": n_samples, "row_groups": n_groups,

@@ -41,7 +41,7 @@ class TokenDataset(IterableDataset):
                  manifest: Manifest | None = None, replicas: list[str] | None = None,
                  replica_options: list[dict[str, Any] | None] | None = None,
                  lookahead_groups: int = 8, read_threads: int = 4,
-                 window_blocks: int = 4) -> None:
+                 window_blocks: int = 16) -> None:
         super().__init__()
         if seq_len < 1:
             raise ValueError(f"seq_len must be >= 1, got {seq_len}")
@@ -67,9 +67,10 @@ class TokenDataset(IterableDataset):
         if return_position_ids and self.eos_id is None:
             raise ValueError("position_ids need the tokenizer's EOS id; the manifest has none")
         self.index = RowGroupIndex(self.manifest)
-        self.n_samples = plan.num_samples(self.index.total_tokens, seq_len)
-        mean_group = self.index.total_tokens / max(len(self.index), 1)
-        self.block = plan.block_size(mean_group, seq_len)
+        self.group_samples = plan.group_samples(np.diff(self.index.starts), seq_len)
+        self.n_samples = int(self.group_samples.sum())
+        # Blocks are row groups; their count stands for the block layout in saved states.
+        self.block = len(self.group_samples)
         self.epoch = 0
         self.segments: list[tuple[int, int, int]] = []
         self._reader: TokenReader | None = None
@@ -97,9 +98,17 @@ class TokenDataset(IterableDataset):
         """Samples repeated per epoch so that every rank gets as many as the others."""
         return len(self) * self.world_size - self.n_samples
 
+    def order_for_epoch(self, epoch: int) -> np.ndarray:
+        return plan.block_order(self.group_samples, self.seed, epoch, self.shuffle,
+                                self.window_blocks)
+
     def epoch_order(self) -> np.ndarray:
-        return plan.epoch_order(self.n_samples, self.block, self.seed, self.epoch,
-                                self.shuffle, self.window_blocks)
+        return self.order_for_epoch(self.epoch)
+
+    def sample_starts(self, samples: np.ndarray) -> np.ndarray:
+        """Token offset of each sample in the dataset's token stream."""
+        return plan.sample_starts(samples, self.group_samples, self.index.starts[:-1],
+                                  self.seq_len)
 
     def rank_order(self) -> np.ndarray:
         """This rank's samples still to come in the current epoch, in order."""
@@ -119,8 +128,8 @@ class TokenDataset(IterableDataset):
 
     def windows(self, samples: np.ndarray) -> PrefetchingWindows:
         """The token windows (``seq_len + 1`` int32 each) of ``samples``, read ahead."""
-        return PrefetchingWindows(self.reader, samples, self.seq_len, self.lookahead_groups,
-                                  self.read_threads)
+        return PrefetchingWindows(self.reader, self.sample_starts(samples), self.seq_len,
+                                  self.lookahead_groups, self.read_threads)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         samples = self.worker_samples()

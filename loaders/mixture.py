@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from loaders import plan
 from loaders.dataloader import ShardflowLoader
 from loaders.dataset import TokenDataset
 
@@ -96,9 +95,7 @@ class MixtureDataset(TokenDataset):
         self.epoch = 0
 
     def _component_order(self, i: int, epoch: int) -> np.ndarray:
-        c = self.components[i]
-        return plan.epoch_order(c.n_samples, c.block, c.seed, epoch, c.shuffle,
-                                c.window_blocks)
+        return self.components[i].order_for_epoch(epoch)
 
     def epoch_order(self) -> np.ndarray:
         return mixture_order(self.counts, self.sizes, self._component_order, self.seed,

@@ -1,16 +1,18 @@
 """The sample plan: pure functions over integers, no I/O.
 
-A *sample* is a window of ``seq_len + 1`` consecutive tokens of the dataset's token stream
-(all documents of all shards in manifest order, each ending with EOS). Windows are laid on a
-fixed grid with stride ``seq_len + 1``: sample ``s`` covers tokens ``[s*(L+1), (s+1)*(L+1))``,
-so every token is in exactly one window (input ``w[:-1]``, labels ``w[1:]``), windows cross
-document boundaries, and the last ``total_tokens % (L+1)`` tokens (the remainder, fewer than
-``L+1``) are not used.
+A *sample* is a window of ``seq_len + 1`` consecutive tokens (input ``w[:-1]``, labels
+``w[1:]``). Windows are laid on a grid inside each row group of the dataset's token stream (all
+documents of all shards in manifest order, each ending with EOS): row group ``g`` holding
+``t_g`` tokens gives ``t_g // (seq_len + 1)`` samples with stride ``seq_len + 1``, so every
+token is in at most one window, windows cross document boundaries, and the last
+``t_g % (seq_len + 1)`` tokens of each row group (under 1 % at the default 256 k-token row
+groups) are not used. No sample spans two row groups: each row group is read once per pass and
+a reader holds only the row groups of the blocks it is working on.
 
-Order: samples are grouped into *blocks* of consecutive samples (about one row group each).
-Blocks are permuted by (seed, epoch), then samples are permuted within windows of a few
-consecutive blocks of that order. A reader therefore touches only a handful of row groups at a
-time, while neighbours in the output come from all over the dataset.
+Order: the samples of one row group form a *block*. Blocks are permuted by (seed, epoch),
+then samples are permuted within windows of ``window_blocks`` consecutive blocks of that order.
+A reader therefore touches only a handful of row groups at a time, while neighbours in the
+output come from all over the dataset.
 
 Split: every rank gets the same number of samples, ``ceil(N / world_size)``: the global order
 is padded by repeating its first ``ceil(N/W)*W - N`` samples (fewer than ``world_size``), then
@@ -27,34 +29,55 @@ import numpy as np
 _SEED_DOMAIN = 0x5EED_F10
 
 
-def num_samples(total_tokens: int, seq_len: int) -> int:
-    return total_tokens // (seq_len + 1)
+def group_samples(group_tokens: np.ndarray, seq_len: int) -> np.ndarray:
+    """Samples per row group: whole windows of ``seq_len + 1`` tokens inside it."""
+    return np.asarray(group_tokens, dtype=np.int64) // (seq_len + 1)
 
 
-def block_size(mean_row_group_tokens: float, seq_len: int) -> int:
-    """Samples per block: about one row group's worth, at least one."""
-    return max(1, int(round(mean_row_group_tokens / (seq_len + 1))))
+def sample_starts(samples: np.ndarray, group_samples_: np.ndarray, group_token_starts: np.ndarray,
+                  seq_len: int) -> np.ndarray:
+    """Token offset in the global stream of each sample (vectorised)."""
+    first_sample = np.concatenate([[0], np.cumsum(group_samples_)])
+    samples = np.asarray(samples, dtype=np.int64)
+    g = np.searchsorted(first_sample, samples, side="right") - 1
+    return np.asarray(group_token_starts, dtype=np.int64)[g] + (samples - first_sample[g]) * (
+        seq_len + 1)
 
 
 def _rng(seed: int, epoch: int) -> np.random.Generator:
     return np.random.default_rng([_SEED_DOMAIN, seed, epoch])
 
 
+def block_order(block_sizes: np.ndarray, seed: int, epoch: int, shuffle: bool = True,
+                window_blocks: int = 4) -> np.ndarray:
+    """The global order of sample ids for one epoch (a permutation of ``range(sum(sizes))``).
+
+    Sample ids are numbered block after block; blocks are permuted, then samples are permuted
+    within each window of ``window_blocks`` consecutive blocks of the permuted order.
+    """
+    sizes = np.asarray(block_sizes, dtype=np.int64)
+    n = int(sizes.sum())
+    if not shuffle or n == 0:
+        return np.arange(n, dtype=np.int64)
+    rng = _rng(seed, epoch)
+    perm = rng.permutation(len(sizes))
+    starts = np.concatenate([[0], np.cumsum(sizes)])[:-1]
+    lengths = sizes[perm]
+    # Sample ids of the permuted blocks, concatenated (vectorised ranges).
+    base = np.repeat(starts[perm] - np.concatenate([[0], np.cumsum(lengths)])[:-1], lengths)
+    ids = base + np.arange(n, dtype=np.int64)
+    window = np.repeat(np.arange(len(perm)) // max(1, window_blocks), lengths)
+    return ids[np.lexsort((rng.random(n), window))]
+
+
 def epoch_order(n_samples: int, block: int, seed: int, epoch: int, shuffle: bool = True,
                 window_blocks: int = 4) -> np.ndarray:
-    """The global order of sample ids for one epoch (a permutation of ``range(n_samples)``)."""
-    ids = np.arange(n_samples, dtype=np.int64)
-    if not shuffle or n_samples == 0:
-        return ids
-    rng = _rng(seed, epoch)
-    n_blocks = -(-n_samples // block)
-    starts = rng.permutation(n_blocks) * block
-    pieces = [ids[s:s + block] for s in starts]
-    out = np.concatenate(pieces)
-    span = block * window_blocks
-    for lo in range(0, n_samples, span):
-        rng.shuffle(out[lo:lo + span])
-    return out
+    """:func:`block_order` with blocks of ``block`` samples (the last one shorter)."""
+    full, rest = divmod(n_samples, block)
+    sizes = np.full(full + (1 if rest else 0), block, dtype=np.int64)
+    if rest:
+        sizes[-1] = rest
+    return block_order(sizes, seed, epoch, shuffle, window_blocks)
 
 
 def samples_per_rank(n_samples: int, world_size: int) -> int:
@@ -81,12 +104,6 @@ def worker_slice(rank_order: np.ndarray, worker: int, num_workers: int,
         return rank_order
     batch_ids = np.arange(len(rank_order)) // batch_size
     return rank_order[batch_ids % num_workers == worker]
-
-
-def sample_span(sample: int, seq_len: int) -> tuple[int, int]:
-    """Token range ``[start, stop)`` of a sample in the global stream."""
-    width = seq_len + 1
-    return sample * width, (sample + 1) * width
 
 
 # -- resume ------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import numpy as np
 from loaders.reader import TokenReader
 
 
-def group_schedule(reader: TokenReader, samples: np.ndarray,
+def group_schedule(reader: TokenReader, starts: np.ndarray,
                    seq_len: int) -> tuple[np.ndarray, np.ndarray, list[int], dict[int, int]]:
     """Per sample its first and last row group; the groups in first-use order; last uses.
 
@@ -26,11 +26,11 @@ def group_schedule(reader: TokenReader, samples: np.ndarray,
     sample, a tenth of the decode time of the sample's tokens.
     """
     width = seq_len + 1
-    starts = samples.astype(np.int64) * width
+    starts = np.asarray(starts, dtype=np.int64)
     first = np.searchsorted(reader.index.starts, starts, side="right") - 1
     last = np.searchsorted(reader.index.starts, starts + width, side="left") - 1
     counts = last - first + 1
-    use = np.repeat(np.arange(len(samples)), counts)  # sample index of each pair
+    use = np.repeat(np.arange(len(starts)), counts)  # sample index of each pair
     offsets = np.arange(len(use)) - np.repeat(np.cumsum(counts) - counts, counts)
     groups = np.repeat(first, counts) + offsets  # group of each pair, in order of use
     uniq, first_pos = np.unique(groups, return_index=True)
@@ -54,17 +54,18 @@ def fetch_units(reader: TokenReader, order: list[int], max_groups: int) -> list[
 
 
 class PrefetchingWindows:
-    """Iterate the token windows of ``samples`` in order, with row groups read ahead."""
+    """Iterate the token windows starting at ``starts`` in order, row groups read ahead."""
 
-    def __init__(self, reader: TokenReader, samples: np.ndarray, seq_len: int,
+    def __init__(self, reader: TokenReader, starts: np.ndarray, seq_len: int,
                  lookahead: int = 8, threads: int = 4, max_unit_groups: int = 8) -> None:
         self.max_unit_groups = max_unit_groups
         self.reader = reader
-        self.samples = samples
+        self.starts = np.asarray(starts, dtype=np.int64)
         self.seq_len = seq_len
         self.lookahead = max(1, lookahead)
         self.threads = max(1, threads)
         self.wait_s = 0.0
+        self.max_resident = 0  # most row groups held (decoded or in flight) at once
 
     def _arrival(self, fut: Future[dict[int, np.ndarray]], g: int) -> np.ndarray:
         if fut.done():
@@ -80,7 +81,7 @@ class PrefetchingWindows:
         # but ~1 % of them at the default sizes) takes a short path with no allocation beyond
         # its view.
         reader, width = self.reader, self.seq_len + 1
-        first, last, order, last_use = group_schedule(reader, self.samples, self.seq_len)
+        first, last, order, last_use = group_schedule(reader, self.starts, self.seq_len)
         position = np.zeros(len(reader.index), dtype=np.int64)
         position[order] = np.arange(len(order))
         need = np.maximum(position[first], position[last])  # exact unless a sample spans 3+
@@ -90,7 +91,7 @@ class PrefetchingWindows:
         unit_at = {int(position[unit[0]]): unit for unit in units}
         group_start = reader.index.starts.tolist()
         firsts, lasts, needs = first.tolist(), last.tolist(), need.tolist()
-        starts = (self.samples.astype(np.int64) * width).tolist()
+        starts = self.starts.tolist()
         resident: dict[int, Future[dict[int, np.ndarray]]] = {}
         ready: dict[int, np.ndarray] = {}  # decoded groups already taken from their future
         next_fetch, n_order, lookahead = 0, len(order), self.lookahead
@@ -105,6 +106,7 @@ class PrefetchingWindows:
                         for g in unit:
                             resident[g] = fut
                         next_fetch += len(unit)
+                        self.max_resident = max(self.max_resident, len(resident))
                     start, a, b = starts[i], firsts[i], lasts[i]
                     parts = []
                     for g in range(a, b + 1):

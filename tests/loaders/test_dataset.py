@@ -37,23 +37,36 @@ def _collect(dataset: str, rank: int, world: int, workers: int, epoch: int = 0,
     return ids, windows
 
 
+def _grid(dataset: str) -> list[int]:
+    """Start of every sample, derived from the manifest alone: whole windows per row group."""
+    starts, offset = [], 0
+    for shard in read_manifest(dataset).shards:
+        for g in shard.row_groups:
+            starts += range(offset, offset + (g.tokens // (SEQ + 1)) * (SEQ + 1), SEQ + 1)
+            offset += g.tokens
+    return starts
+
+
 def test_two_ranks_two_workers_cover_the_stream(tiny_dataset: str) -> None:
     stream = _stream(tiny_dataset)
     width = SEQ + 1
-    n = len(stream) // width
+    grid = _grid(tiny_dataset)
+    n = len(grid)
     all_ids: list[int] = []
     batches = []
     for rank in range(2):
         ids, windows = _collect(tiny_dataset, rank, 2, workers=2)
         batches.append(len(ids))
         for sid, window in zip(ids, windows, strict=True):
-            assert np.array_equal(window.numpy(), stream[sid * width:(sid + 1) * width])
+            assert np.array_equal(window.numpy(), stream[grid[sid]:grid[sid] + width])
         all_ids += ids
     assert batches[0] == batches[1]
     pad = len(all_ids) - n
     assert 0 <= pad < 2
-    # Disjoint apart from the documented padding; the union is every window of the stream,
-    # i.e. all tokens but the last len(stream) % (SEQ + 1).
+    # Disjoint apart from the documented padding; the union is every window of the grid,
+    # i.e. all tokens but each row group's last (tokens % (SEQ + 1)).
+    assert len(stream) - n * width == sum(
+        g.tokens % width for s in read_manifest(tiny_dataset).shards for g in s.row_groups)
     assert len(set(all_ids)) == n == len(all_ids) - pad
     assert sorted(set(all_ids)) == list(range(n))
 
@@ -76,6 +89,18 @@ def test_no_shuffle_is_the_stream_in_order(tiny_dataset: str) -> None:
     first = next(iter(ds))
     stream = _stream(tiny_dataset)
     assert first["input_ids"].tolist() == stream[:SEQ].tolist()
+
+
+def test_reader_holds_a_bounded_number_of_row_groups(tiny_dataset: str) -> None:
+    ds = TokenDataset(tiny_dataset, SEQ, rank=0, world_size=1, lookahead_groups=1,
+                      window_blocks=1)
+    samples = ds.rank_order()
+    windows = ds.windows(samples)
+    assert sum(1 for _ in windows) == len(samples)
+    # Samples never span row groups: each group is read once and dropped after its block,
+    # so the reader holds the current group plus the lookahead, whatever the dataset size.
+    assert len(ds.index) >= 12
+    assert windows.max_resident <= 3
 
 
 def test_rank_without_world_size_is_refused(tiny_dataset: str) -> None:

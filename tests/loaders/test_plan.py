@@ -72,10 +72,33 @@ def test_ranks_read_mostly_disjoint_blocks() -> None:
     assert shared <= (world - 1) * 4 < n // block // 10
 
 
-def test_sample_spans_tile_the_stream() -> None:
-    assert plan.sample_span(0, 4) == (0, 5)
-    assert plan.sample_span(3, 4) == (15, 20)
-    assert plan.num_samples(24, 4) == 4  # 4 tokens of remainder are not used
+def test_samples_stay_inside_row_groups() -> None:
+    tokens = np.array([10, 4, 11])  # with seq_len 4: 2, 0 and 2 samples
+    counts = plan.group_samples(tokens, 4)
+    assert counts.tolist() == [2, 0, 2]
+    starts = plan.sample_starts(np.arange(4), counts, np.array([0, 10, 14]), 4)
+    assert starts.tolist() == [0, 5, 14, 19]  # tokens 10..13 and 24 are not used
+
+
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=60), seeds, st.integers(0, 50),
+       st.integers(1, 8))
+def test_block_order_permutes_and_keeps_blocks_together(sizes, seed, epoch, window) -> None:
+    order = plan.block_order(np.array(sizes), seed, epoch, True, window)
+    n = sum(sizes)
+    assert sorted(order.tolist()) == list(range(n))
+    block_of = np.repeat(np.arange(len(sizes)), sizes)
+    # A reader holds a row group from its block's first sample to its last: at no point may
+    # more than `window` blocks be partly consumed.
+    left = list(sizes)
+    open_blocks: set[int] = set()
+    most = 0
+    for blk in block_of[order].tolist():
+        left[blk] -= 1
+        open_blocks.add(blk)
+        most = max(most, len(open_blocks))
+        if left[blk] == 0:
+            open_blocks.discard(blk)
+    assert most <= window
 
 
 @settings(max_examples=150)
