@@ -13,13 +13,14 @@ from storage.replicas import ReplicaError, ReplicaSet
 from storage.scrub import repair, verify
 
 
-def _json_object(text: str) -> dict[str, Any]:
+def json_object(text: str) -> dict[str, Any]:
+    """argparse type for options given as a JSON object (shared by every CLI)."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
     if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object")
+        raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"anon\": false}'")
     return value
 
 
@@ -30,7 +31,7 @@ def add_replica_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replica-config", metavar="FILE",
                         help="TOML/JSON file with [[replica]] url, profile, storage_options "
                              "per replica and write_quorum (see storage/replica_config.py)")
-    parser.add_argument("--storage-options", type=_json_object, default={}, metavar="JSON",
+    parser.add_argument("--storage-options", type=json_object, default={}, metavar="JSON",
                         help="fsspec options shared by all replicas (prefer AWS_* environment "
                              "variables for credentials)")
 

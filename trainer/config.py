@@ -9,9 +9,10 @@ resolved config (no ``None`` left) is what gets saved to ``config.json``.
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
+
+from storage.cli import json_object
 
 #: Defaults by device type: small enough for 2 CPU cores, GPT-2-small-like on CUDA.
 PRESETS: dict[str, dict[str, int]] = {
@@ -84,14 +85,6 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"anon\": false}'")
-    return value
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -121,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = p.add_argument_group("data")
     d.add_argument("--data", required=True, metavar="URL",
                    help="dataset root (any fsspec URL: a path, file://, s3://...)")
-    d.add_argument("--storage-options", type=_json_object, default=None, metavar="JSON",
+    d.add_argument("--storage-options", type=json_object, default=None, metavar="JSON",
                    help="fsspec storage options as a JSON object (e.g. S3 endpoint, keys)")
     d.add_argument("--num-workers", type=_non_negative_int, default=0,
                    help="DataLoader worker processes per rank (0: batches are built in this "
@@ -184,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--checkpoint-dir", default=None, metavar="URL",
                    help="where checkpoints go: a directory or any fsspec URL (s3://...); "
                         "unset = no checkpoints")
-    c.add_argument("--checkpoint-storage-options", type=_json_object, default=None,
+    c.add_argument("--checkpoint-storage-options", type=json_object, default=None,
                    metavar="JSON", help="fsspec options for --checkpoint-dir (default: "
                                         "--storage-options)")
     c.add_argument("--checkpoint-every", type=_positive_int, default=100, metavar="N",
