@@ -116,7 +116,7 @@ def main() -> int:
                   f"{100 * named[name]['wait_frac']:6.2f} %   first batch "
                   f"{named[name]['first_batch_s']:.2f} s")
         sweep = []
-        rate = 2e6
+        rate = 0.25e6
         while rate <= 256e6:
             rs = [consume(url, bucket.storage_options, rate, seconds, args.batch, args.seq)
                   for _ in range(runs)]

@@ -40,7 +40,7 @@ class TokenDataset(IterableDataset):
                  return_sample_id: bool = False, return_position_ids: bool = False,
                  manifest: Manifest | None = None, replicas: list[str] | None = None,
                  replica_options: list[dict[str, Any] | None] | None = None,
-                 lookahead_groups: int = 8, read_threads: int = 4,
+                 lookahead_groups: int = 16, read_threads: int = 4,
                  window_blocks: int = 16) -> None:
         super().__init__()
         if seq_len < 1:
