@@ -9,6 +9,8 @@ resolved config (no ``None`` left) is what gets saved to ``config.json``.
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
@@ -111,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
                "from RUN_DIR/metrics.jsonl.",
         formatter_class=_HelpFormatter,
     )
+    p.add_argument("--config", metavar="FILE",
+                   help="TOML or JSON file of flag values (keys: the flags' names, e.g. "
+                        "steps = 200, checkpoint-dir = \"runs/ckpt\"); flags given on the "
+                        "command line win")
     d = p.add_argument_group("data")
     d.add_argument("--data", required=True, metavar="URL",
                    help="dataset root (any fsspec URL: a path, file://, s3://...)")
@@ -195,9 +201,39 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def load_config_file(path: str, known: set[str]) -> dict[str, Any]:
+    """Flag values from a TOML or JSON file: the same keys as the flags (``-`` or ``_``)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+
+    try:
+        with open(path, "rb") as fh:
+            data = json.load(fh) if path.endswith(".json") else tomllib.load(fh)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--config {path}: {exc}") from None
+    values = {str(k).replace("-", "_"): v for k, v in data.items()}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"--config {path}: unknown keys {unknown} (keys are the flags' names)")
+    return values
+
+
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
-    ns = build_parser().parse_args(argv)
+    """Flags over ``--config FILE`` values over defaults."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config")
+    known_args, _ = pre.parse_known_args(argv)
+    parser = build_parser()
     names = {f.name for f in fields(TrainConfig)}
+    if known_args.config:
+        values = load_config_file(known_args.config, names)
+        parser.set_defaults(**values)
+        for action in parser._actions:  # a required flag may come from the file
+            if action.dest in values:
+                action.required = False
+    ns = parser.parse_args(argv)
     return TrainConfig(**{k: v for k, v in vars(ns).items() if k in names})
 
 

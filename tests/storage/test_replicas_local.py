@@ -10,6 +10,7 @@ import pytest
 from loaders import TokenDataset
 from storage import ChecksumMismatchError, QuorumError, ReplicaError, ReplicaSet, read_manifest
 from storage.cli import main as storage_main
+from storage.retry import Backoff
 from storage.scrub import repair, verify
 
 
@@ -95,3 +96,33 @@ def test_degraded_write_is_recorded_and_repaired(tiny_dataset: str, tmp_path: Pa
     assert [p.path for p in report.repaired] == ["tokenizer.json"]
     assert not (good / "_degraded").exists()
     assert verify(ReplicaSet.from_urls([str(good), str(lagging)])).ok
+
+
+def test_throttling_backs_off_on_the_same_replica(tmp_path: Path) -> None:
+    """503 SlowDown means "ask again later": retried with back-off, not failed over."""
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    store = ReplicaSet.from_urls([a, b], backoff=Backoff(base_s=0.01, cap_s=0.05))
+    calls: list[str] = []
+
+    def fetch(loc) -> bytes:  # type: ignore[no-untyped-def]
+        calls.append(loc.url)
+        if len(calls) < 3:
+            raise OSError("An error occurred (SlowDown) when calling the GetObject operation: "
+                          "Please reduce your request rate.")
+        return b"ok"
+
+    assert store.read("x", fetch) == b"ok"
+    assert calls == [a, a, a]
+    assert store.failovers == 0 and not store.errors
+
+
+def test_backoff_is_full_jitter_under_a_growing_cap() -> None:
+    import random
+
+    rng = random.Random(0)
+    policy = Backoff(base_s=0.1, cap_s=1.0)
+    for attempt in range(8):
+        delays = [policy.delay(attempt, rng) for _ in range(200)]
+        ceiling = min(1.0, 0.1 * 2 ** attempt)
+        assert all(0 <= d <= ceiling for d in delays)
+        assert max(delays) > 0.8 * ceiling  # spread over the whole range, not fixed

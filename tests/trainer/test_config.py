@@ -95,3 +95,15 @@ def test_new_flags_are_in_help() -> None:
                  "--async-checkpoint", "--global-batch-size", "--strategy", "--preset",
                  "--grad-accum", "--compile", "--deterministic"):
         assert flag in text, flag
+
+
+def test_config_file_sets_flags_and_command_line_wins(tmp_path) -> None:
+    from trainer.config import ConfigError, parse_args
+
+    path = tmp_path / "train.toml"
+    path.write_text('data = "data/x"\nsteps = 7\ncheckpoint-every = 3\n')
+    cfg = parse_args(["--config", str(path), "--steps", "9"])
+    assert (cfg.data, cfg.steps, cfg.checkpoint_every) == ("data/x", 9, 3)
+    path.write_text("stepz = 1\n")
+    with pytest.raises(ConfigError, match=r"unknown keys \['stepz'\]"):
+        parse_args(["--config", str(path), "--data", "d"])
