@@ -30,16 +30,22 @@ Rewrite = Callable[[str], str]
 Filter = Callable[[str], bool]  # True: keep
 
 
+MAX_PASSES = 4
+
+
 class Cleaner:
     """Apply the cleaning steps to documents and keep the counts for the summary."""
 
     def __init__(self, config: CleaningConfig | None = None) -> None:
         cfg = config or CleaningConfig()
         self.rewrites: list[tuple[str, Rewrite]] = []
+        # Controls go first: one inside a mojibake sequence (``"Â\x1f¡"``) hides it from the
+        # repair, and removing it afterwards would expose new mojibake, so cleaning would not
+        # be idempotent (found by the property test).
+        self.rewrites.append(("control", strip_control))
         if cfg.fix_mojibake:
             self.rewrites.append(("mojibake", fix_mojibake))
-        self.rewrites += [("nfc", normalize_unicode), ("control", strip_control),
-                          ("whitespace", collapse_whitespace)]
+        self.rewrites += [("nfc", normalize_unicode), ("whitespace", collapse_whitespace)]
         self.filters: list[tuple[str, Filter]] = [("empty", bool)]
         if cfg.min_chars > 1:
             self.filters.append(("too_short", lambda t: len(t) >= cfg.min_chars))
@@ -55,12 +61,24 @@ class Cleaner:
         self.changed: Counter[str] = Counter()
 
     def __call__(self, text: str) -> str | None:
-        """The cleaned text, or ``None`` when the document is dropped (reason counted)."""
-        for name, step in self.rewrites:
-            new = step(text)
-            if new != text:
-                self.changed[name] += 1
-                text = new
+        """The cleaned text, or ``None`` when the document is dropped (reason counted).
+
+        The steps run until nothing changes (at most ``MAX_PASSES`` times): one step can expose
+        work for an earlier one (stripping a leading space leaves ``"Â¡"``, mojibake for
+        ``"¡"``), and cleaning must be idempotent so that re-running a pipeline on its own
+        output changes nothing. Clean text costs one pass.
+        """
+        changed: set[str] = set()
+        for _ in range(MAX_PASSES):
+            before = text
+            for name, step in self.rewrites:
+                new = step(text)
+                if new != text:
+                    changed.add(name)
+                    text = new
+            if text == before:
+                break
+        self.changed.update(changed)
         for name, keep in self.filters:
             if not keep(text):
                 self.dropped[name] += 1
