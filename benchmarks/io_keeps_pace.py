@@ -163,7 +163,7 @@ def plot(results: dict, path: Path) -> None:
     ax.set_ylabel("data wait (% of wall time)")
     ax.set_title(f"loader from S3 ({results['backend']}), batch "
                  f"{results['batch']}x{results['seq']}: sustains "
-                 f"{results['sustained_tok_s'] / 1e6:.0f} M tok/s with < 1 % wait")
+                 f"{results['sustained_tok_s'] / 1e6:.2f} M tok/s with < 1 % wait")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
