@@ -3,15 +3,14 @@
 The manifest's per-row-group token counts map any token offset to (shard, row group) without
 opening a file. A row group is fetched as exactly one ranged GET of its token column chunk,
 through ``storage``'s replica set (failover, back-off), and checked against the manifest's
-sha256 before it is decoded; the shard's footer is fetched and checked once per reader. A small
-LRU of decoded row groups serves the consecutive samples of a block from memory.
+sha256 before it is decoded; the shard's footer is fetched and checked once per reader.
+Which row groups to hold, and for how long, is :mod:`loaders.prefetch`'s job.
 """
 
 from __future__ import annotations
 
 import io
 import threading
-from collections import OrderedDict
 
 import numpy as np
 import pyarrow as pa
@@ -42,12 +41,6 @@ class RowGroupIndex:
 
     def __len__(self) -> int:
         return len(self.shard_of)
-
-    def groups_for(self, start: int, stop: int) -> range:
-        """Indices of the row groups overlapping tokens ``[start, stop)``."""
-        first = int(np.searchsorted(self.starts, start, side="right")) - 1
-        last = int(np.searchsorted(self.starts, stop, side="left")) - 1
-        return range(first, last + 1)
 
 
 class _RangeFile(io.RawIOBase):
@@ -113,19 +106,17 @@ def _metadata_from_footer(footer: bytes) -> pq.FileMetaData:
 class TokenReader:
     """Reads token ranges through ``storage``; one per process (its caches are not shared)."""
 
-    def __init__(self, store: ReplicaSet, index: RowGroupIndex, cache_groups: int = 16) -> None:
+    def __init__(self, store: ReplicaSet, index: RowGroupIndex) -> None:
         self.store = store
         self.index = index
-        self.cache_groups = cache_groups
         self._meta: dict[int, pq.FileMetaData] = {}
-        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
         self.bytes_read = 0
         self.groups_read = 0
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state.update(_lock=None, _meta={}, _cache=OrderedDict())
+        state.update(_lock=None, _meta={})
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -136,10 +127,6 @@ class TokenReader:
         with self._lock:
             self.bytes_read += nbytes
             self.groups_read += groups
-
-    def fetch_group(self, g: int) -> np.ndarray:
-        """Fetch, verify and decode global row group ``g`` (no caching)."""
-        return self.fetch_groups([g])[g]
 
     def fetch_groups(self, groups: list[int]) -> dict[int, np.ndarray]:
         """Fetch, verify and decode row groups of ONE shard with as few GETs as possible.
@@ -200,27 +187,3 @@ class TokenReader:
         result = self.store.read(path, fetch, f"{path}[{lo}:{hi}]")
         self._count(hi - lo, sum(1 for p in pieces if p[3] is not None))
         return result
-
-    def group(self, g: int) -> np.ndarray:
-        """All tokens of global row group ``g``, flattened (int32), through the LRU."""
-        arr = self._cache.get(g)
-        if arr is not None:
-            self._cache.move_to_end(g)
-            return arr
-        arr = self._cache[g] = self.fetch_group(g)
-        if len(self._cache) > self.cache_groups:
-            self._cache.popitem(last=False)
-        return arr
-
-    def tokens(self, start: int, stop: int) -> np.ndarray:
-        """Tokens ``[start, stop)`` of the global stream."""
-        parts = []
-        for g in self.index.groups_for(start, stop):
-            g_start = int(self.index.starts[g])
-            arr = self.group(g)
-            parts.append(arr[max(start - g_start, 0):min(stop - g_start, len(arr))])
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
-
-    def close(self) -> None:
-        self._meta.clear()
-        self._cache.clear()
