@@ -89,9 +89,12 @@ def write_token_dataset(store: Any, tokens: np.ndarray, n_shards: int,
     pipeline's own (``encode_shard``), so readers cannot tell the difference.
     """
     from pipeline import tokenizing
-    from pipeline.shards import SCHEMA_DESCRIPTION, encode_shard
+    from pipeline.shards import encode_shard, schema_description
     from storage import MANIFEST, TOKENIZER, Manifest, TokenizerInfo
+    from storage.tokens import token_dtype
 
+    tok = tokenizing.gpt2()
+    dtype = token_dtype(tok.vocab_size)
     docs = np.array_split(tokens, max(1, len(tokens) // doc_tokens))
     per_shard = -(-len(docs) // n_shards)
     shards = []
@@ -101,14 +104,13 @@ def write_token_dataset(store: Any, tokens: np.ndarray, n_shards: int,
             break
         path = f"shards/part-{i:05d}.parquet"
         data, info = encode_shard([f"bench:{i}:{j}" for j in range(len(chunk))], chunk,
-                                  row_group_tokens, path)
+                                  row_group_tokens, path, dtype)
         store.put(path, data)
         shards.append(info)
-    tok = tokenizing.gpt2()
     store.put(TOKENIZER, tok.json.encode())
     manifest = Manifest(
         tokenizer=TokenizerInfo(tok.name, TOKENIZER, tok.sha256, tok.vocab_size, tok.eos_id,
                                 tok.eos_token, len(tok.json.encode())),
-        shards=tuple(shards), schema=dict(SCHEMA_DESCRIPTION), config={"benchmark": True})
+        shards=tuple(shards), schema=schema_description(dtype), config={"benchmark": True})
     store.put(MANIFEST, manifest.to_json().encode())
     return manifest

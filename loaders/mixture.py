@@ -116,10 +116,12 @@ class MixtureDataset(TokenDataset):
 def build_mixture_loader(sources: Sequence[tuple[str, float]], batch_size: int, seq_len: int,
                          *, seed: int = 0, samples_per_epoch: int | None = None,
                          num_workers: int = 0, prefetch_factor: int = 4,
-                         pin_memory: bool = False, **dataset_kwargs: Any) -> ShardflowLoader:
+                         pin_memory: bool = False, batch_thread: bool = False,
+                         **dataset_kwargs: Any) -> ShardflowLoader:
     """A loader over ``[(url, weight), ...]``; same batches, state and resume as one dataset."""
     components = [TokenDataset(url, seq_len, seed=seed + i, batch_size=batch_size,
                                **dataset_kwargs) for i, (url, _w) in enumerate(sources)]
     mixture = MixtureDataset(components, [w for _u, w in sources], seed=seed,
                              samples_per_epoch=samples_per_epoch)
-    return ShardflowLoader(mixture, batch_size, num_workers, pin_memory, prefetch_factor)
+    return ShardflowLoader(mixture, batch_size, num_workers, pin_memory, prefetch_factor,
+                           batch_thread)

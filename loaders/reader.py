@@ -23,6 +23,7 @@ from storage import (
     ReplicaSet,
     ShardInfo,
     digest_bytes,
+    tokens,
 )
 
 
@@ -35,8 +36,11 @@ class RowGroupIndex:
                    for gi, g in enumerate(s.row_groups)]
         self.shard_of = np.array([e[0] for e in entries], dtype=np.int64)
         self.group_of = np.array([e[1] for e in entries], dtype=np.int64)
-        tokens = np.array([e[2] for e in entries], dtype=np.int64)
-        self.starts = np.concatenate([[0], np.cumsum(tokens)])
+        counts = np.array([e[2] for e in entries], dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(counts)])
+        #: how ``input_ids`` is encoded (checked here, so a bad manifest fails before any read)
+        self.encoding = manifest.schema.get("input_ids", tokens.LEGACY_LIST)
+        tokens.dtype_of(self.encoding)
         self.total_tokens = int(self.starts[-1])
 
     def __len__(self) -> int:
@@ -165,7 +169,7 @@ class TokenReader:
             source = _RangeFile(info.bytes, {start: fetched[start]}, info.path)
             table = pq.ParquetFile(source, metadata=meta).read_row_group(
                 gi, columns=["input_ids"], use_threads=False)
-            out[g] = table.column(0).combine_chunks().flatten().to_numpy(zero_copy_only=False)
+            out[g] = tokens.unpack(table.column(0), self.index.encoding)
         return out
 
     def _get_verified(self, path: str, pieces: list[tuple[int, int, str, int | None]]

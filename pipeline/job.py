@@ -29,7 +29,7 @@ from pipeline.discovery import default_corpus, discover
 from pipeline.plan import Partition, plan_partitions
 from pipeline.progress import ProgressBar
 from pipeline.records import StrictModeError
-from pipeline.shards import SCHEMA_DESCRIPTION
+from pipeline.shards import schema_description
 from pipeline.stages import (
     StageParams,
     load_keys,
@@ -39,7 +39,15 @@ from pipeline.stages import (
     resolve_bucket,
     sample_texts,
 )
-from storage import MANIFEST, TOKENIZER, Manifest, ReplicaSet, TokenizerInfo, display_url
+from storage import (
+    MANIFEST,
+    TOKENIZER,
+    Manifest,
+    ReplicaSet,
+    TokenizerInfo,
+    display_url,
+    tokens,
+)
 
 BUCKET_BYTES = 256 << 20
 
@@ -110,8 +118,9 @@ def build_manifest(cfg: PipelineConfig, tok: tokenizing.TokenizerSpec,
         tokenizer=TokenizerInfo(name=tok.name, path=TOKENIZER, sha256=tok.sha256,
                                 vocab_size=tok.vocab_size, eos_id=tok.eos_id,
                                 eos_token=tok.eos_token, bytes=len(tok.json.encode("utf-8"))),
-        shards=shards, schema=dict(SCHEMA_DESCRIPTION), config=cfg.for_manifest(),
-        stats=stats, quarantine=tuple(r.quarantine for r in ones if r.quarantine),
+        shards=shards, schema=schema_description(tokens.token_dtype(tok.vocab_size)),
+        config=cfg.for_manifest(), stats=stats,
+        quarantine=tuple(r.quarantine for r in ones if r.quarantine),
     )
 
 
@@ -142,7 +151,8 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
     done2 = _markers(scratch, [work.done2_path(rkey, p.index) for p in parts])
     params = StageParams(cfg.read_options, cfg.cleaning, cfg.dedup == "exact", cfg.near_dup,
                          (cfg.minhash_perms, cfg.minhash_bands, cfg.shingle_words), tok.sha256,
-                         tok.eos_id, cfg.encode_batch_docs, cfg.strict, cfg.storage_options)
+                         tok.vocab_size, tok.eos_id, cfg.encode_batch_docs, cfg.strict,
+                         cfg.storage_options)
     tag = uuid.uuid4().hex[:8]
     opts: dict[str, Any] = {"pure": False, "retries": cfg.retries}
 
@@ -175,7 +185,7 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
                   for b, r in enumerate(resolved)]
         after = ones[p.index] if isinstance(ones[p.index], Future) else None
         twos[p.index] = client.submit(_phase_two_after, after, p.index, keys[p.index], rkey,
-                                      store, cfg.row_group_tokens, *picked,
+                                      store, cfg.row_group_tokens, tok.vocab_size, *picked,
                                       key=f"phase2-{p.index:05d}-{tag}", **opts)
 
     pending = [f for f in (*ones.values(), *twos.values()) if isinstance(f, Future)]

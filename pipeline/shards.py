@@ -1,4 +1,7 @@
-"""Write one Parquet feature shard: token ids as list<int32>, row groups sized by tokens, zstd.
+"""Write one Parquet feature shard: token ids per document, row groups sized by tokens, zstd.
+
+How ids are encoded in ``input_ids`` (little-endian uint16/uint32 in one binary value per
+document) is the storage format's business: :mod:`storage.tokens`.
 
 The shard is built in memory and written with one atomic put, so a crashed worker never leaves
 a half-written object under a final name, and its checksum is known before the upload.
@@ -15,13 +18,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.plan import close_at_target
-from storage import ObjectInfo, ReplicaSet, RowGroupInfo, ShardInfo, digest_bytes
+from storage import ObjectInfo, ReplicaSet, RowGroupInfo, ShardInfo, digest_bytes, tokens
 
 SCHEMA = pa.schema([
     pa.field("doc_id", pa.string(), nullable=False),
-    pa.field("input_ids", pa.list_(pa.int32()), nullable=False),
+    pa.field("input_ids", pa.binary(), nullable=False),
 ])
-SCHEMA_DESCRIPTION = {"doc_id": "string", "input_ids": "list<int32>"}
+#: ids of vocabularies up to 65,536 entries (GPT-2's is 50,257)
+GPT2_DTYPE = np.dtype("<u2")
+
+
+def schema_description(dtype: np.dtype) -> dict[str, str]:
+    """The manifest's ``schema``: column names to their types / token encodings."""
+    return {"doc_id": "string", "input_ids": tokens.encoding_name(dtype)}
 
 
 def row_group_bounds(token_counts: Sequence[int], target_tokens: int) -> list[tuple[int, int]]:
@@ -29,27 +38,19 @@ def row_group_bounds(token_counts: Sequence[int], target_tokens: int) -> list[tu
     return close_at_target(token_counts, target_tokens)
 
 
-def _list_array(ids: Sequence[np.ndarray]) -> pa.ListArray:
+def token_column(ids: Sequence[np.ndarray], dtype: np.dtype) -> pa.BinaryArray:
+    """The ``input_ids`` column of documents given as one array of ids each."""
     lengths = np.fromiter((len(a) for a in ids), dtype=np.int64, count=len(ids))
-    offsets = np.zeros(len(ids) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
     values = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32)
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=pa.int32()))
+    return tokens.pack(lengths, values, dtype)
 
 
-def list_array(lengths: np.ndarray, values: np.ndarray) -> pa.ListArray:
-    """An Arrow ``list<int32>`` from per-row lengths and the flat values."""
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=pa.int32()))
-
-
-def shard_table(doc_ids: Sequence[str] | pa.Array, input_ids: pa.ListArray) -> pa.Table:
+def shard_table(doc_ids: Sequence[str] | pa.Array, input_ids: pa.BinaryArray) -> pa.Table:
     ids = doc_ids if isinstance(doc_ids, pa.Array) else pa.array(list(doc_ids), pa.string())
     return pa.Table.from_arrays([ids, input_ids], schema=SCHEMA)
 
 
-def encode_table(table: pa.Table, target_rg_tokens: int,
+def encode_table(table: pa.Table, dtype: np.dtype, target_rg_tokens: int,
                  path: str = "shard.parquet") -> tuple[bytes, ShardInfo]:
     """The Parquet bytes of one shard and its manifest entry.
 
@@ -58,13 +59,11 @@ def encode_table(table: pa.Table, target_rg_tokens: int,
     made contiguous first: the bytes must depend on the rows only, not on how they were chunked.
     """
     table = table.combine_chunks()
-    col = table.column("input_ids").chunk(0) if table.num_rows else None
-    counts = (np.diff(col.offsets.to_numpy()) if col is not None
-              else np.zeros(0, dtype=np.int64)).tolist()
+    counts = tokens.lengths(table.column("input_ids"), tokens.encoding_name(dtype)).tolist()
     sink = pa.BufferOutputStream()
     bounds = row_group_bounds(counts, target_rg_tokens)
-    # Token ids are stored plain (no dictionary: a 50k-entry dictionary buys nothing after
-    # zstd and costs a decode step); pages of 1 MiB keep decoding in large vectorised runs.
+    # Token ids are stored plain (no dictionary: it buys nothing after zstd and costs a
+    # decode step); pages of 1 MiB keep decoding in large runs.
     with pq.ParquetWriter(sink, SCHEMA, compression="zstd", compression_level=3,
                           use_dictionary=["doc_id"], data_page_size=1 << 20,
                           write_statistics=False, store_schema=False) as writer:
@@ -90,16 +89,11 @@ def encode_table(table: pa.Table, target_rg_tokens: int,
 
 
 def encode_shard(doc_ids: Sequence[str], ids: Sequence[np.ndarray], target_rg_tokens: int,
-                 path: str = "shard.parquet") -> tuple[bytes, ShardInfo]:
+                 path: str = "shard.parquet",
+                 dtype: np.dtype = GPT2_DTYPE) -> tuple[bytes, ShardInfo]:
     """:func:`encode_table` for documents given as one array of token ids each."""
-    return encode_table(shard_table(doc_ids, _list_array(ids)), target_rg_tokens, path)
-
-
-def write_shard(store: ReplicaSet, relative: str, doc_ids: Sequence[str],
-                ids: Sequence[np.ndarray], target_rg_tokens: int) -> ShardInfo:
-    data, info = encode_shard(doc_ids, ids, target_rg_tokens, relative)
-    store.put(relative, data)
-    return info
+    return encode_table(shard_table(doc_ids, token_column(ids, dtype)), dtype,
+                        target_rg_tokens, path)
 
 
 def write_quarantine(store: ReplicaSet, relative: str, records: Sequence[dict]) -> ObjectInfo:

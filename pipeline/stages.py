@@ -35,8 +35,8 @@ from pipeline.dedup import (
 from pipeline.plan import Partition
 from pipeline.readers import ReadOptions, read_partition
 from pipeline.records import Rejected
-from pipeline.shards import encode_table, list_array, shard_table, write_quarantine
-from storage import TOKENIZER, ReplicaSet, quarantine_name, shard_name
+from pipeline.shards import encode_table, shard_table, write_quarantine
+from storage import TOKENIZER, ReplicaSet, quarantine_name, shard_name, tokens
 
 #: stop filling an encode batch at this many characters, whatever the document count
 BATCH_CHARS = 1 << 20
@@ -52,6 +52,7 @@ class StageParams:
     near_dup: bool
     minhash: tuple[int, int, int]  # perms, bands, shingle words
     tokenizer_sha256: str
+    vocab_size: int
     eos_id: int | None
     encode_batch_docs: int
     strict: bool
@@ -131,7 +132,7 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams) -> w
 
     ln = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
     vals = np.concatenate(values) if values else np.zeros(0, np.int32)
-    table = shard_table(doc_ids, list_array(ln, vals))
+    table = shard_table(doc_ids, tokens.pack(ln, vals, tokens.token_dtype(p.vocab_size)))
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd", compression_level=1)
     scratch.put(work.rows_path(key), sink.getvalue().to_pybytes())
@@ -167,7 +168,7 @@ def pick(drops: np.ndarray, index: int) -> np.ndarray:
 
 
 def phase_two(index: int, key: str, run_key: str, store: ReplicaSet, row_group_tokens: int,
-              *picked: np.ndarray) -> work.PhaseTwo:
+              vocab_size: int, *picked: np.ndarray) -> work.PhaseTwo:
     scratch = work.work_store(store)
     table = pq.read_table(io.BytesIO(scratch.get(work.rows_path(key))))
     drops = drops_for(list(picked), index) if picked else np.zeros(0, dtype=DROP)
@@ -181,7 +182,8 @@ def phase_two(index: int, key: str, run_key: str, store: ReplicaSet, row_group_t
                                         ("near_duplicate", len(drops) - exact)) if v}
     shard = None
     if table.num_rows:
-        data, shard = encode_table(table, row_group_tokens, shard_name(index))
+        data, shard = encode_table(table, tokens.token_dtype(vocab_size), row_group_tokens,
+                                   shard_name(index))
         store.put(shard_name(index), data)
     result = work.PhaseTwo(index, shard, duplicates)
     work.put_json(scratch, work.done2_path(run_key, index), work.marker(result))

@@ -1,5 +1,6 @@
 """Storage: URLs, the dataset layout and manifest, checksums. Imports nothing of ours."""
 
+from storage import tokens
 from storage.checksums import digest_bytes, digest_stream
 from storage.layout import (
     MANIFEST,
@@ -36,5 +37,5 @@ __all__ = [
     "DatasetNotFoundError", "Location", "Manifest", "ManifestError", "ObjectInfo", "QuorumError",
     "ReplicaError", "ReplicaSet", "RowGroupInfo", "ShardInfo", "TokenizerInfo", "UnsafePathError",
     "digest_bytes", "digest_stream", "display_url", "quarantine_name", "read_manifest", "redact",
-    "resolve", "safe_relative", "shard_name", "write_atomic", "write_manifest",
+    "resolve", "safe_relative", "shard_name", "tokens", "write_atomic", "write_manifest",
 ]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from loaders import TokenDataset, build_dataloader
-from storage import read_manifest
+from storage import read_manifest, tokens
 
 SEQ = 64
 
@@ -18,8 +18,8 @@ SEQ = 64
 def _stream(dataset: str) -> np.ndarray:
     """The whole token stream, read straight from the shards in manifest order."""
     m = read_manifest(dataset)
-    parts = [np.concatenate(pq.read_table(Path(dataset) / s.path).column("input_ids").to_pylist())
-             for s in m.shards]
+    parts = [tokens.unpack(pq.read_table(Path(dataset) / s.path).column("input_ids"),
+                           m.schema["input_ids"]) for s in m.shards]
     return np.concatenate(parts).astype(np.int64)
 
 

@@ -17,7 +17,7 @@ from pipeline.job import run
 from pipeline.plan import plan_partitions
 from pipeline.readers import ReadOptions, read_partition
 from pipeline.records import Document
-from storage import read_manifest
+from storage import read_manifest, tokens
 
 
 def rows(dataset: str) -> list[tuple[str, list[int]]]:
@@ -25,8 +25,9 @@ def rows(dataset: str) -> list[tuple[str, list[int]]]:
     out = []
     for shard in m.shards:
         table = pq.read_table(Path(dataset) / shard.path)
-        out += list(zip(table.column("doc_id").to_pylist(),
-                        table.column("input_ids").to_pylist(), strict=True))
+        docs = tokens.documents(table.column("input_ids"), m.schema["input_ids"])
+        out += list(zip(table.column("doc_id").to_pylist(), [d.tolist() for d in docs],
+                        strict=True))
     return out
 
 
@@ -48,6 +49,7 @@ def _cfg(inputs: list[str], out: Path, **kw: object) -> PipelineConfig:
 def test_manifest_counts_match_the_shards(tiny_dataset: str) -> None:
     m = read_manifest(tiny_dataset)
     assert m.vocab_size == 50257 and m.eos_id == 50256
+    assert m.schema["input_ids"] == "binary<uint16le>"  # GPT-2's ids fit in 16 bits
     counted = 0
     for shard in m.shards:
         path = Path(tiny_dataset) / shard.path
@@ -56,7 +58,8 @@ def test_manifest_counts_match_the_shards(tiny_dataset: str) -> None:
         pf = pq.ParquetFile(path)
         assert pf.num_row_groups == len(shard.row_groups) >= 1
         for i, group in enumerate(shard.row_groups):
-            ids = pf.read_row_group(i, columns=["input_ids"]).column(0).to_pylist()
+            column = pf.read_row_group(i, columns=["input_ids"]).column(0)
+            ids = tokens.documents(column, m.schema["input_ids"])
             assert len(ids) == group.rows
             assert sum(map(len, ids)) == group.tokens
             counted += group.tokens
