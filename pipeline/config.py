@@ -41,8 +41,9 @@ class PipelineConfig:
     text_field: str = _f("text", "JSONL/CSV/Parquet field holding the text")
     id_field: str | None = _f(None, "field holding a document id (default: file:line, "
                               "file@offset or file#row)")
-    partition_bytes: int = _f(16 << 20, "split uncompressed JSONL/text files into byte ranges "
-                              "(Parquet: row groups) of about this size; bounds worker memory")
+    partition_bytes: int = _f(0, "split uncompressed JSONL/text files into byte ranges "
+                              "(Parquet: row groups) of about this size; bounds worker memory. "
+                              "0: input bytes / 64, within 1-16 MiB")
     max_record_bytes: int = _f(DEFAULT_MAX_RECORD_BYTES, "records (lines, paragraphs, fields) "
                                "larger than this are quarantined as record_too_large")
     strict: bool = _f(False, "stop at the first bad record, naming file and line, instead of "
@@ -101,8 +102,9 @@ class PipelineConfig:
     def __post_init__(self) -> None:
         if self.dedup not in ("exact", "none"):
             raise ValueError(f"dedup must be 'exact' or 'none', not {self.dedup!r}")
-        if self.partition_bytes < 1 or self.max_record_bytes < 1:
-            raise ValueError("partition_bytes and max_record_bytes must be positive")
+        if self.partition_bytes < 0 or self.max_record_bytes < 1:
+            raise ValueError("partition_bytes must be >= 0 (0: automatic) and "
+                             "max_record_bytes positive")
         if self.tokenizer_threads < 1:
             raise ValueError("tokenizer_threads must be at least 1")
         if self.adapt is not None:

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import getitem
 from typing import Any, TextIO
 
@@ -26,7 +26,7 @@ from pipeline import tokenizing, work
 from pipeline.cluster import dask_client
 from pipeline.config import PipelineConfig
 from pipeline.discovery import default_corpus, discover
-from pipeline.plan import Partition, plan_partitions
+from pipeline.plan import Partition, auto_partition_bytes, plan_partitions
 from pipeline.progress import ProgressBar
 from pipeline.records import StrictModeError
 from pipeline.shards import schema_description
@@ -212,8 +212,10 @@ def run(cfg: PipelineConfig, log: TextIO | None = None, progress: bool = True) -
     start = time.perf_counter()
     log = log or sys.stderr
     files = discover(cfg.inputs or default_corpus(), cfg.storage_options)
-    parts = plan_partitions(files, cfg.partition_bytes)
     total_bytes = sum(f.size for f in files)
+    if not cfg.partition_bytes:  # resolved here, so the manifest records the size used
+        cfg = replace(cfg, partition_bytes=auto_partition_bytes(total_bytes))
+    parts = plan_partitions(files, cfg.partition_bytes)
     vocab = tokenizing.trained_vocab(cfg.tokenizer)
     tok = None if vocab else tokenizing.load(cfg.tokenizer, cfg.eos_token)
     store = cfg.output_store()

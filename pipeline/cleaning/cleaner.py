@@ -66,7 +66,9 @@ class Cleaner:
         The steps run until nothing changes (at most ``MAX_PASSES`` times): one step can expose
         work for an earlier one (stripping a leading space leaves ``"Â¡"``, mojibake for
         ``"¡"``), and cleaning must be idempotent so that re-running a pipeline on its own
-        output changes nothing. Clean text costs one pass.
+        output changes nothing. Clean text costs one pass, and so does ASCII text: no step
+        can create work for another in it (mojibake and NFC need non-ASCII characters, the
+        whitespace step creates no controls, and each step is idempotent on its own).
         """
         changed: set[str] = set()
         for _ in range(MAX_PASSES):
@@ -76,7 +78,7 @@ class Cleaner:
                 if new != text:
                     changed.add(name)
                     text = new
-            if text == before:
+            if text == before or text.isascii():
                 break
         self.changed.update(changed)
         for name, keep in self.filters:

@@ -36,3 +36,4 @@ def test_cleaning_is_idempotent_and_leaves_no_controls(text: str) -> None:
     assert unicodedata.is_normalized("NFC", once)
     assert not any(unicodedata.category(c) == "Cc" and c != "\n" for c in once)
     assert "  " not in once and not once.startswith((" ", "\n")) and not once.endswith(" ")
+

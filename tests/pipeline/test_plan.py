@@ -8,7 +8,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.discovery import InputFile
-from pipeline.plan import Partition, byte_ranges, plan_partitions, row_group_ranges
+from pipeline.plan import (
+    AUTO_MAX_BYTES,
+    AUTO_MIN_BYTES,
+    AUTO_PARTITIONS,
+    Partition,
+    auto_partition_bytes,
+    byte_ranges,
+    plan_partitions,
+    row_group_ranges,
+)
 from pipeline.readers import ReadOptions
 from pipeline.readers import text as text_reader
 from pipeline.readers.lines import iter_lines
@@ -85,3 +94,14 @@ def test_every_paragraph_lands_in_exactly_one_range(lines: list[str], target: in
     whole = read(0, -1)
     assert [p for s, e in byte_ranges(len(data), target) for p in read(s, e)] == whole
     assert all(t.strip() for t in whole)
+
+
+@given(st.integers(min_value=0, max_value=1 << 42))
+def test_auto_partition_size_is_bounded_and_gives_enough_partitions(total: int) -> None:
+    size = auto_partition_bytes(total)
+    assert AUTO_MIN_BYTES <= size <= AUTO_MAX_BYTES
+    parts = len(byte_ranges(total, size))
+    if AUTO_MIN_BYTES * AUTO_PARTITIONS <= total <= AUTO_MAX_BYTES * AUTO_PARTITIONS:
+        assert parts == AUTO_PARTITIONS  # enough tasks to keep every worker busy to the end
+    elif total > AUTO_MAX_BYTES * AUTO_PARTITIONS:
+        assert parts > AUTO_PARTITIONS
