@@ -225,8 +225,13 @@ class ShardflowLoader:
     # -- metrics -----------------------------------------------------------------------
 
     def metrics(self) -> dict[str, float]:
-        """Read and wait counters of this process (the in-process reader's, when used)."""
+        """Read and wait counters of this process (the in-process reader's, when used).
+
+        ``bytes_read``/``row_groups_read`` count the store only; pieces served by the local
+        cache count in ``cache_hits`` (``cache_misses``: looked up, then fetched).
+        """
         reader = self.dataset._reader
+        cache = reader.cache if reader else None
         elapsed = time.perf_counter() - self._started
         samples = self._batches_total * self.batch_size
         return {
@@ -236,6 +241,9 @@ class ShardflowLoader:
             "samples": float(samples),
             "samples_per_s": samples / elapsed if elapsed > 0 else 0.0,
             "failovers": float(self.dataset.store.failovers),
+            "cache_hits": float(cache.hits if cache else 0),
+            "cache_misses": float(cache.misses if cache else 0),
+            "cache_corrupt": float(cache.corrupt if cache else 0),
         }
 
 
@@ -245,9 +253,10 @@ def build_dataloader(url: str, batch_size: int, seq_len: int, num_workers: int =
     """A loader of ``{"input_ids": [B, L], "labels": [B, L]}`` batches for this rank.
 
     ``dataset_kwargs`` go to :class:`TokenDataset` (``seed``, ``shuffle``, ``rank``,
-    ``world_size``, ``storage_options``, ``replicas``, ``return_position_ids``, ...). Every
-    rank gets the same number of batches. ``batch_thread`` (default: only with
-    ``pin_memory``) builds batches on a background thread, ``prefetch_factor`` of them ahead.
+    ``world_size``, ``storage_options``, ``replicas``, ``return_position_ids``, ``cache_dir``,
+    ``cache_bytes``, ...). Every rank gets the same number of batches. ``batch_thread``
+    (default: only with ``pin_memory``) builds batches on a background thread,
+    ``prefetch_factor`` of them ahead.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,6 +11,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from loaders import plan
+from loaders.cache import DEFAULT_CACHE_BYTES, ChunkCache
 from loaders.packing import position_ids
 from loaders.prefetch import PrefetchingWindows
 from loaders.reader import RowGroupIndex, TokenReader
@@ -32,6 +34,12 @@ class TokenDataset(IterableDataset):
     round-robin) so that the order a rank sees does not depend on ``num_workers``;
     ``build_dataloader`` sets it. ``segments`` is the progress through the epoch (see
     :func:`loaders.plan.rank_sequence`); the loader's ``load_state_dict`` sets it.
+
+    ``cache_dir`` keeps the verified pieces read from the store on local disk (see
+    :mod:`loaders.cache`), at most ``cache_bytes`` of them (default
+    :data:`loaders.cache.DEFAULT_CACHE_BYTES`, 16 GiB), least recently used evicted first: from
+    the second epoch on, a dataset that fits is read from local disk only. The directory may be
+    shared by every rank, worker and dataset on the host.
     """
 
     def __init__(self, url: str, seq_len: int, *, seed: int = 0, shuffle: bool = True,
@@ -41,7 +49,8 @@ class TokenDataset(IterableDataset):
                  manifest: Manifest | None = None, replicas: list[str] | None = None,
                  replica_options: list[dict[str, Any] | None] | None = None,
                  lookahead_groups: int = 16, read_threads: int = 4,
-                 window_blocks: int = 16) -> None:
+                 window_blocks: int = 16, cache_dir: str | os.PathLike[str] | None = None,
+                 cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         super().__init__()
         if seq_len < 1:
             raise ValueError(f"seq_len must be >= 1, got {seq_len}")
@@ -57,6 +66,10 @@ class TokenDataset(IterableDataset):
         self.lookahead_groups = lookahead_groups
         self.read_threads = read_threads
         self.window_blocks = window_blocks
+        if cache_bytes < 1:
+            raise ValueError(f"cache_bytes must be >= 1, got {cache_bytes}")
+        self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else None
+        self.cache_bytes = cache_bytes
         self._rank, self._world_size = rank, world_size
         # All reads go through the replica set: the first URL is preferred, the others are
         # failover copies (each may have its own storage options: endpoint, credentials).
@@ -123,7 +136,8 @@ class TokenDataset(IterableDataset):
     @property
     def reader(self) -> TokenReader:
         if self._reader is None:
-            self._reader = TokenReader(self.store, self.index)
+            cache = ChunkCache(self.cache_dir, self.cache_bytes) if self.cache_dir else None
+            self._reader = TokenReader(self.store, self.index, cache)
         return self._reader
 
     def windows(self, samples: np.ndarray) -> PrefetchingWindows:
