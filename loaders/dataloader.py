@@ -31,13 +31,9 @@ from torch.utils.data import DataLoader
 
 from loaders.dataset import TokenDataset
 from loaders.packing import position_ids
+from loaders.state import STATE_VERSION, LoaderStateError, check_state, plan_params
 
-STATE_VERSION = 1
-_PLAN_KEYS = ("n_samples", "seq_len", "seed", "shuffle", "block", "window_blocks")
-
-
-class LoaderStateError(ValueError):
-    """A saved loader state that does not belong to this dataset or plan."""
+__all__ = ["STATE_VERSION", "LoaderStateError", "ShardflowLoader", "build_dataloader"]
 
 
 class ShardflowLoader:
@@ -91,23 +87,11 @@ class ShardflowLoader:
         segments = [list(s) for s in ds.segments]
         if self._steps:
             segments.append([*self._run_key(), self._steps])
-        return {
-            "version": STATE_VERSION, "epoch": ds.epoch, "segments": segments,
-            "plan": {"n_samples": ds.n_samples, "seq_len": ds.seq_len, "seed": ds.seed,
-                     "shuffle": ds.shuffle, "block": ds.block, "window_blocks": ds.window_blocks},
-        }
+        return {"version": STATE_VERSION, "epoch": ds.epoch, "segments": segments,
+                "plan": plan_params(ds)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("version") != STATE_VERSION:
-            raise LoaderStateError(f"loader state version {state.get('version')!r}, "
-                                   f"expected {STATE_VERSION}")
-        mine = self.state_dict()["plan"]
-        theirs = state.get("plan", {})
-        diff = [f"{k}: saved {theirs.get(k)!r}, now {mine[k]!r}" for k in _PLAN_KEYS
-                if theirs.get(k) != mine[k]]
-        if diff:
-            raise LoaderStateError("loader state is for another dataset or plan ("
-                                   + "; ".join(diff) + ")")
+        check_state(state, self.dataset)
         segments = [tuple(int(x) for x in s) for s in state["segments"]]
         self.dataset.epoch = int(state["epoch"])
         self._steps = 0
