@@ -31,13 +31,9 @@ from torch.utils.data import DataLoader
 
 from loaders.dataset import TokenDataset
 from loaders.packing import position_ids
+from loaders.state import STATE_VERSION, LoaderStateError, check_state, plan_params
 
-STATE_VERSION = 1
-_PLAN_KEYS = ("n_samples", "seq_len", "seed", "shuffle", "block", "window_blocks")
-
-
-class LoaderStateError(ValueError):
-    """A saved loader state that does not belong to this dataset or plan."""
+__all__ = ["STATE_VERSION", "LoaderStateError", "ShardflowLoader", "build_dataloader"]
 
 
 class ShardflowLoader:
@@ -91,23 +87,11 @@ class ShardflowLoader:
         segments = [list(s) for s in ds.segments]
         if self._steps:
             segments.append([*self._run_key(), self._steps])
-        return {
-            "version": STATE_VERSION, "epoch": ds.epoch, "segments": segments,
-            "plan": {"n_samples": ds.n_samples, "seq_len": ds.seq_len, "seed": ds.seed,
-                     "shuffle": ds.shuffle, "block": ds.block, "window_blocks": ds.window_blocks},
-        }
+        return {"version": STATE_VERSION, "epoch": ds.epoch, "segments": segments,
+                "plan": plan_params(ds)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("version") != STATE_VERSION:
-            raise LoaderStateError(f"loader state version {state.get('version')!r}, "
-                                   f"expected {STATE_VERSION}")
-        mine = self.state_dict()["plan"]
-        theirs = state.get("plan", {})
-        diff = [f"{k}: saved {theirs.get(k)!r}, now {mine[k]!r}" for k in _PLAN_KEYS
-                if theirs.get(k) != mine[k]]
-        if diff:
-            raise LoaderStateError("loader state is for another dataset or plan ("
-                                   + "; ".join(diff) + ")")
+        check_state(state, self.dataset)
         segments = [tuple(int(x) for x in s) for s in state["segments"]]
         self.dataset.epoch = int(state["epoch"])
         self._steps = 0
@@ -225,8 +209,13 @@ class ShardflowLoader:
     # -- metrics -----------------------------------------------------------------------
 
     def metrics(self) -> dict[str, float]:
-        """Read and wait counters of this process (the in-process reader's, when used)."""
+        """Read and wait counters of this process (the in-process reader's, when used).
+
+        ``bytes_read``/``row_groups_read`` count the store only; pieces served by the local
+        cache count in ``cache_hits`` (``cache_misses``: looked up, then fetched).
+        """
         reader = self.dataset._reader
+        cache = reader.cache if reader else None
         elapsed = time.perf_counter() - self._started
         samples = self._batches_total * self.batch_size
         return {
@@ -236,6 +225,9 @@ class ShardflowLoader:
             "samples": float(samples),
             "samples_per_s": samples / elapsed if elapsed > 0 else 0.0,
             "failovers": float(self.dataset.store.failovers),
+            "cache_hits": float(cache.hits if cache else 0),
+            "cache_misses": float(cache.misses if cache else 0),
+            "cache_corrupt": float(cache.corrupt if cache else 0),
         }
 
 
@@ -245,9 +237,10 @@ def build_dataloader(url: str, batch_size: int, seq_len: int, num_workers: int =
     """A loader of ``{"input_ids": [B, L], "labels": [B, L]}`` batches for this rank.
 
     ``dataset_kwargs`` go to :class:`TokenDataset` (``seed``, ``shuffle``, ``rank``,
-    ``world_size``, ``storage_options``, ``replicas``, ``return_position_ids``, ...). Every
-    rank gets the same number of batches. ``batch_thread`` (default: only with
-    ``pin_memory``) builds batches on a background thread, ``prefetch_factor`` of them ahead.
+    ``world_size``, ``storage_options``, ``replicas``, ``return_position_ids``, ``cache_dir``,
+    ``cache_bytes``, ...). Every rank gets the same number of batches. ``batch_thread``
+    (default: only with ``pin_memory``) builds batches on a background thread,
+    ``prefetch_factor`` of them ahead.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")

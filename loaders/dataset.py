@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,10 +11,18 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from loaders import plan
+from loaders.cache import DEFAULT_CACHE_BYTES, ChunkCache
 from loaders.packing import position_ids
 from loaders.prefetch import PrefetchingWindows
 from loaders.reader import RowGroupIndex, TokenReader
+from loaders.state import STATE_VERSION, LoaderStateError, check_state, plan_params
 from storage import Manifest, ReplicaSet
+
+
+def _worker() -> tuple[int, int]:
+    """This DataLoader worker's id and the number of workers ((0, 1) in the main process)."""
+    info = get_worker_info()
+    return (info.id, info.num_workers) if info else (0, 1)
 
 
 def dist_rank_world() -> tuple[int, int]:
@@ -32,6 +41,19 @@ class TokenDataset(IterableDataset):
     round-robin) so that the order a rank sees does not depend on ``num_workers``;
     ``build_dataloader`` sets it. ``segments`` is the progress through the epoch (see
     :func:`loaders.plan.rank_sequence`); the loader's ``load_state_dict`` sets it.
+
+    ``cache_dir`` keeps the verified pieces read from the store on local disk (see
+    :mod:`loaders.cache`), at most ``cache_bytes`` of them (default
+    :data:`loaders.cache.DEFAULT_CACHE_BYTES`, 16 GiB), least recently used evicted first: from
+    the second epoch on, a dataset that fits is read from local disk only. The directory may be
+    shared by every rank, worker and dataset on the host.
+
+    ``state_dict()``/``load_state_dict()`` make it *Stateful* in ``torchdata``'s sense, for
+    ``torchdata.stateful_dataloader.StatefulDataLoader``, which saves one state per worker: the
+    epoch, the progress ``segments`` the iteration started from, how many samples this worker
+    has yielded since, and the plan. Resuming needs the same rank, world size, ``batch_size``
+    and ``num_workers`` (each worker skips its own first samples); to resume across those, use
+    ``build_dataloader``'s loader, whose state is per rank.
     """
 
     def __init__(self, url: str, seq_len: int, *, seed: int = 0, shuffle: bool = True,
@@ -41,7 +63,8 @@ class TokenDataset(IterableDataset):
                  manifest: Manifest | None = None, replicas: list[str] | None = None,
                  replica_options: list[dict[str, Any] | None] | None = None,
                  lookahead_groups: int = 16, read_threads: int = 4,
-                 window_blocks: int = 16) -> None:
+                 window_blocks: int = 16, cache_dir: str | os.PathLike[str] | None = None,
+                 cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         super().__init__()
         if seq_len < 1:
             raise ValueError(f"seq_len must be >= 1, got {seq_len}")
@@ -57,6 +80,10 @@ class TokenDataset(IterableDataset):
         self.lookahead_groups = lookahead_groups
         self.read_threads = read_threads
         self.window_blocks = window_blocks
+        if cache_bytes < 1:
+            raise ValueError(f"cache_bytes must be >= 1, got {cache_bytes}")
+        self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else None
+        self.cache_bytes = cache_bytes
         self._rank, self._world_size = rank, world_size
         # All reads go through the replica set: the first URL is preferred, the others are
         # failover copies (each may have its own storage options: endpoint, credentials).
@@ -74,6 +101,10 @@ class TokenDataset(IterableDataset):
         self.epoch = 0
         self.segments: list[tuple[int, int, int]] = []
         self._reader: TokenReader | None = None
+        # Stateful progress of the current iteration (this process's worker only):
+        self._started: tuple[int, list[tuple[int, int, int]]] | None = None  # epoch, segments
+        self._yielded = 0
+        self._resume_skip = 0  # samples to skip at the next __iter__, set by load_state_dict
 
     @property
     def rank(self) -> int:
@@ -87,6 +118,7 @@ class TokenDataset(IterableDataset):
         """Select the epoch whose order the next iteration follows (call on every rank)."""
         if epoch != self.epoch:
             self.segments = []
+            self._started, self._yielded, self._resume_skip = None, 0, 0
         self.epoch = epoch
 
     def __len__(self) -> int:
@@ -116,14 +148,14 @@ class TokenDataset(IterableDataset):
                                   self.world_size, self.batch_size)
 
     def worker_samples(self) -> np.ndarray:
-        info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        worker, workers = _worker()
         return plan.worker_slice(self.rank_order(), worker, workers, self.batch_size)
 
     @property
     def reader(self) -> TokenReader:
         if self._reader is None:
-            self._reader = TokenReader(self.store, self.index)
+            cache = ChunkCache(self.cache_dir, self.cache_bytes) if self.cache_dir else None
+            self._reader = TokenReader(self.store, self.index, cache)
         return self._reader
 
     def windows(self, samples: np.ndarray) -> PrefetchingWindows:
@@ -132,7 +164,14 @@ class TokenDataset(IterableDataset):
                                   self.lookahead_groups, self.read_threads)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        samples = self.worker_samples()
+        # Not a generator function: the progress is reset (or the resume point taken) when the
+        # iterator is made, which is when StatefulDataLoader reads a worker's first state.
+        skip, self._resume_skip = self._resume_skip, 0
+        self._started = (self.epoch, list(self.segments))
+        self._yielded = skip
+        return self._items(self.worker_samples()[skip:])
+
+    def _items(self, samples: np.ndarray) -> Iterator[dict[str, torch.Tensor]]:
         for sample, window in zip(samples.tolist(), self.windows(samples), strict=True):
             tokens = torch.from_numpy(window.astype(np.int64))
             item = {"input_ids": tokens[:-1], "labels": tokens[1:]}
@@ -141,7 +180,36 @@ class TokenDataset(IterableDataset):
                                                                      self.eos_id)[0])
             if self.return_sample_id:
                 item["sample_id"] = torch.tensor(sample)
+            self._yielded += 1  # before the yield: the state after a batch counts all of it
             yield item
+
+    # -- Stateful (torchdata) ----------------------------------------------------------------
+
+    def _layout(self) -> dict[str, int]:
+        worker, workers = _worker()
+        return {"rank": self.rank, "world_size": self.world_size, "batch_size": self.batch_size,
+                "worker": worker, "num_workers": workers}
+
+    def state_dict(self) -> dict[str, Any]:
+        """This worker's place in the epoch: a few integers, whatever the position."""
+        epoch, segments = self._started or (self.epoch, list(self.segments))
+        return {"version": STATE_VERSION, "epoch": epoch,
+                "segments": [list(s) for s in segments], "layout": self._layout(),
+                "yielded": self._yielded, "plan": plan_params(self)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Make the next ``__iter__`` continue after the samples ``state`` had yielded."""
+        check_state(state, self)
+        saved, mine = state.get("layout"), self._layout()
+        if saved != mine:
+            raise LoaderStateError(
+                f"worker state saved with layout {saved}, now {mine}: a StatefulDataLoader "
+                "resumes on the same rank, world size, batch_size and num_workers (the "
+                "build_dataloader loader's state resumes across them)")
+        self.epoch = int(state["epoch"])
+        self.segments = [(int(w), int(b), int(n)) for w, b, n in state["segments"]]
+        self._started, self._yielded = None, 0
+        self._resume_skip = int(state["yielded"])
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

@@ -4,7 +4,9 @@ The manifest's per-row-group token counts map any token offset to (shard, row gr
 opening a file. A row group is fetched as exactly one ranged GET of its token column chunk,
 through ``storage``'s replica set (failover, back-off), and checked against the manifest's
 sha256 before it is decoded; the shard's footer is fetched and checked once per reader.
-Which row groups to hold, and for how long, is :mod:`loaders.prefetch`'s job.
+With a :class:`loaders.cache.ChunkCache`, pieces already on local disk (re-verified there) are
+not requested from the store at all, and fetched ones are added to it. Which row groups to
+hold, and for how long, is :mod:`loaders.prefetch`'s job.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from loaders.cache import ChunkCache
 from storage import (
     ChecksumMismatchError,
     Manifest,
@@ -108,11 +111,16 @@ def _metadata_from_footer(footer: bytes) -> pq.FileMetaData:
 
 
 class TokenReader:
-    """Reads token ranges through ``storage``; one per process (its caches are not shared)."""
+    """Reads token ranges through ``storage``; one per process (its footers are not shared).
 
-    def __init__(self, store: ReplicaSet, index: RowGroupIndex) -> None:
+    ``bytes_read`` and ``groups_read`` count what came from the store, not from ``cache``.
+    """
+
+    def __init__(self, store: ReplicaSet, index: RowGroupIndex,
+                 cache: ChunkCache | None = None) -> None:
         self.store = store
         self.index = index
+        self.cache = cache
         self._meta: dict[int, pq.FileMetaData] = {}
         self.bytes_read = 0
         self.groups_read = 0
@@ -155,8 +163,21 @@ class TokenReader:
         if shard not in self._meta:
             pieces.append((info.bytes - info.footer_length, info.bytes, info.footer_sha256, None))
         fetched: dict[int, bytes] = {}
-        for request in _coalesce(sorted(pieces)):
-            fetched.update(self._get_verified(info.path, request))
+        missing = pieces
+        if self.cache is not None:
+            missing = []
+            for piece in pieces:
+                data = self.cache.get(piece[2])
+                if data is None:
+                    missing.append(piece)
+                else:
+                    fetched[piece[0]] = data
+        for request in _coalesce(sorted(missing)):
+            got = self._get_verified(info.path, request)
+            fetched.update(got)
+            if self.cache is not None:
+                for start, _end, sha, _g in request:
+                    self.cache.put(sha, got[start])
         footer = next((fetched.pop(p[0]) for p in pieces if p[3] is None), None)
         if footer is not None:
             self._meta[shard] = _metadata_from_footer(footer)

@@ -52,6 +52,8 @@ class TrainConfig:
     grad_clip: float = 1.0
     seed: int = 0
     num_workers: int = 0
+    cache_dir: str | None = None
+    cache_bytes: int | None = None
     log_every: int = 10
     run_dir: str | None = None
     device: str = "auto"
@@ -86,6 +88,22 @@ def _non_negative_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
 
+
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _size(text: str) -> int:
+    """Bytes, with an optional binary unit: ``500M``, ``16G``, ``1T`` (or plain bytes)."""
+    number, unit = text.strip(), ""
+    if number and number[-1].upper() in _SIZE_UNITS:
+        number, unit = number[:-1], number[-1].upper()
+    try:
+        value = int(float(number) * _SIZE_UNITS[unit])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 16G, 500M)") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return value
 
 
 
@@ -125,6 +143,13 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--num-workers", type=_non_negative_int, default=0,
                    help="DataLoader worker processes per rank (0: batches are built in this "
                         "process by a background thread, row groups read ahead: the fastest)")
+    d.add_argument("--cache-dir", default=None, metavar="DIR",
+                   help="keep the verified shard pieces read from the store in this local "
+                        "directory (shared by the ranks and jobs of a host), so later epochs "
+                        "read local disk; unset = no cache")
+    d.add_argument("--cache-bytes", type=_size, default=None, metavar="SIZE",
+                   help="size limit of --cache-dir, least recently used pieces evicted "
+                        "(e.g. 200G; default: 16G)")
     d.add_argument("--seq-len", type=_positive_int, default=None, help=preset("seq_len"))
     d.add_argument("--batch-size", type=_positive_int, default=None,
                    help="sequences per micro-batch per rank; " + preset("batch_size"))

@@ -36,16 +36,21 @@ def build_loader(
     rank: int,
     world_size: int,
     storage_options: dict[str, Any] | None,
+    cache_dir: str | None = None,
+    cache_bytes: int | None = None,
 ) -> EpochLoader:
     """The real streaming loader for this rank (``loaders.build_dataloader``). Batches carry
     ``sample_id`` so that each rank can log which samples it trained on (a resume is checked
-    against that log)."""
+    against that log). ``cache_bytes=None`` keeps the loaders' default limit."""
     from loaders import build_dataloader
 
+    cache: dict[str, Any] = {"cache_dir": cache_dir}
+    if cache_bytes is not None:
+        cache["cache_bytes"] = cache_bytes
     return build_dataloader(
         url, batch_size, seq_len, num_workers=num_workers, seed=seed, shuffle=True,
         rank=rank, world_size=world_size, storage_options=storage_options,
-        return_sample_id=True,
+        return_sample_id=True, **cache,
     )
 
 

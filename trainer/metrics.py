@@ -136,7 +136,8 @@ def mfu(tokens_per_s: float, flops_per_token: float, world_size: int,
 
 
 #: Loader counters in the metrics records, and how they combine over ranks.
-LOADER_KEYS = {"bytes_read": "sum", "wait_s": "max", "samples_per_s": "sum", "failovers": "sum"}
+LOADER_KEYS = {"bytes_read": "sum", "wait_s": "max", "samples_per_s": "sum", "failovers": "sum",
+               "cache_hits": "sum", "cache_misses": "sum"}
 
 
 def format_record(rec: dict[str, Any]) -> str:

@@ -446,6 +446,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
             cfg.data, batch_size=cfg.batch_size, seq_len=cfg.seq_len,
             num_workers=cfg.num_workers, seed=cfg.seed, rank=info.rank,
             world_size=info.world_size, storage_options=cfg.storage_options,
+            cache_dir=cfg.cache_dir, cache_bytes=cfg.cache_bytes,
         )
         summary = train(cfg, info, loader, vocab_size, run_dir)
         barrier()

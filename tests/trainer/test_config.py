@@ -12,7 +12,7 @@ def test_help_lists_every_flag() -> None:
     for flag in ("--data", "--storage-options", "--steps", "--batch-size", "--seq-len",
                  "--layers", "--width", "--heads", "--lr", "--warmup-steps", "--weight-decay",
                  "--grad-clip", "--seed", "--num-workers", "--log-every", "--run-dir",
-                 "--device", "--dtype", "plot RUN_DIR"):
+                 "--device", "--dtype", "--cache-dir", "--cache-bytes", "plot RUN_DIR"):
         assert flag in text, flag
 
 
@@ -28,6 +28,15 @@ def test_parse_and_resolve_on_cpu() -> None:
     assert r.seq_len == 128
     assert r.warmup_steps == 5
     assert r.dtype == "float32"
+
+
+def test_cache_flags_take_sizes_with_units() -> None:
+    cfg = parse_args(["--data", "d"])
+    assert cfg.cache_dir is None and cfg.cache_bytes is None  # None: the loaders' default
+    cfg = parse_args(["--data", "d", "--cache-dir", "/nvme/cache", "--cache-bytes", "1.5G"])
+    assert cfg.cache_dir == "/nvme/cache" and cfg.cache_bytes == 3 << 29
+    assert parse_args(["--data", "d", "--cache-bytes", "4096"]).cache_bytes == 4096
+    assert parse_args(["--data", "d", "--cache-bytes", "200m"]).cache_bytes == 200 << 20
 
 
 def test_explicit_flags_win_over_presets() -> None:
@@ -56,6 +65,8 @@ def test_width_must_divide_by_heads() -> None:
     ["--data", "d", "--steps", "0"],
     ["--data", "d", "--device", "tpu"],
     ["--steps", "3"],  # --data is required
+    ["--data", "d", "--cache-bytes", "lots"],
+    ["--data", "d", "--cache-bytes", "0"],
 ])
 def test_bad_flags_exit(argv: list[str]) -> None:
     with pytest.raises(SystemExit):

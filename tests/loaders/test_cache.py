@@ -1,0 +1,209 @@
+"""The local disk cache of verified pieces: hits skip the store, limits hold, rot is refetched."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from loaders import build_dataloader
+from loaders.cache import LOW_WATER, ChunkCache, Entry, choose_evictions
+from storage import Manifest, digest_bytes, read_manifest, resolve
+
+ROOT = Path(__file__).resolve().parents[2]
+SEQ = 64
+BATCH = 8
+
+
+def _loader(url: str, **kw):
+    return build_dataloader(url, BATCH, SEQ, rank=0, world_size=1, return_sample_id=True, **kw)
+
+
+def _epoch(loader, epoch: int) -> tuple[list[int], torch.Tensor]:
+    loader.set_epoch(epoch)
+    ids, inputs = [], []
+    for batch in loader:
+        ids += batch["sample_id"].tolist()
+        inputs.append(batch["input_ids"])
+    return ids, torch.cat(inputs)
+
+
+def _same(a: tuple[list[int], torch.Tensor], b: tuple[list[int], torch.Tensor]) -> bool:
+    return a[0] == b[0] and torch.equal(a[1], b[1])
+
+
+def _used_pieces(manifest: Manifest) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """(sha256, length) of the row groups an epoch reads and of their shards' footers."""
+    groups, footers = [], []
+    for shard in manifest.shards:
+        used = [(g.sha256, g.length) for g in shard.row_groups if g.tokens >= SEQ + 1]
+        groups += used
+        if used:
+            footers.append((shard.footer_sha256, shard.footer_length))
+    return groups, footers
+
+
+def _upload(local: str, bucket) -> str:  # type: ignore[no-untyped-def]
+    url = f"{bucket.url}/tiny"
+    loc = resolve(url, bucket.storage_options)
+    files = sorted(p for p in Path(local).rglob("*") if p.is_file())
+    for path in sorted(files, key=lambda p: p.name == "manifest.json"):  # manifest last
+        loc.fs.pipe_file(loc.path(path.relative_to(local).as_posix()), path.read_bytes())
+    return url
+
+
+def _check_directory(cache_dir: Path, limit: int) -> int:
+    """Every entry is intact and named by its content, no temp file is left, the counter is
+    exact and the total within the limit. Returns the number of entries."""
+    cache = ChunkCache(cache_dir, limit)
+    entries = cache.scan()
+    for e in entries:
+        assert digest_bytes(cache.path(e.key).read_bytes()) == e.key
+    assert not list((cache_dir / "tmp").iterdir())
+    total = sum(e.size for e in entries)
+    assert int((cache_dir / ".size").read_text()) == total <= limit
+    return len(entries)
+
+
+def test_second_epoch_comes_from_the_cache_not_the_store(
+        tiny_dataset: str, s3_bucket, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    url = _upload(tiny_dataset, s3_bucket)
+    opts = s3_bucket.storage_options
+    plain = _loader(url, storage_options=opts)
+    want = [_epoch(plain, e) for e in (0, 1)]
+    groups, footers = _used_pieces(read_manifest(tiny_dataset))
+
+    # One read thread: with more, threads that start on one shard together may each look up
+    # its footer, and the counts below would depend on timing.
+    cached = _loader(url, storage_options=opts, cache_dir=tmp_path / "cache", read_threads=1)
+    assert _same(_epoch(cached, 0), want[0])
+    first = cached.metrics()
+    assert first["bytes_read"] > 0 and first["row_groups_read"] == len(groups)
+    assert first["cache_misses"] == len(groups) + len(footers) and first["cache_hits"] == 0
+
+    assert _same(_epoch(cached, 1), want[1])
+    second = cached.metrics()
+    assert second["bytes_read"] == first["bytes_read"]  # nothing more from the store
+    assert second["row_groups_read"] == first["row_groups_read"]
+    assert second["cache_hits"] == len(groups)  # footers stay parsed in the reader
+
+    # Another loader (as another rank or a restarted job would be): footers hit as well.
+    fresh = _loader(url, storage_options=opts, cache_dir=tmp_path / "cache", read_threads=1)
+    assert _same(_epoch(fresh, 1), want[1])
+    metrics = fresh.metrics()
+    assert metrics["bytes_read"] == 0 and metrics["row_groups_read"] == 0
+    assert metrics["cache_misses"] == 0 and metrics["cache_hits"] == len(groups) + len(footers)
+
+
+def test_eviction_choice_is_least_recently_used_first() -> None:
+    entries = [Entry("a", 10, 3.0), Entry("b", 10, 1.0), Entry("c", 10, 2.0), Entry("d", 5, 4.0)]
+    assert choose_evictions(entries, 35) == []
+    assert choose_evictions(entries, 30) == ["b"]
+    assert choose_evictions(entries, 15) == ["b", "c"]
+    assert choose_evictions(entries, 14) == ["b", "c", "a"]
+    assert choose_evictions(entries, 15, protect=frozenset("c")) == ["b", "a"]
+    assert choose_evictions(entries, 0, protect=frozenset("d")) == ["b", "c", "a"]
+
+
+def test_a_hit_keeps_an_entry_from_eviction(tmp_path: Path) -> None:
+    blobs = [bytes([i]) * 1000 for i in range(4)]
+    keys = [digest_bytes(b) for b in blobs]
+    cache = ChunkCache(tmp_path, max_bytes=3500)
+    for i, (key, blob) in enumerate(zip(keys[:3], blobs[:3], strict=True)):
+        cache.put(key, blob)
+        os.utime(cache.path(key), (1000.0 + i, 1000.0 + i))  # written in the order 0, 1, 2
+    assert cache.get(keys[0]) == blobs[0]  # used again: now the most recent
+    cache.put(keys[3], blobs[3])  # 4000 > 3500: evict down to 0.9 * 3500
+    assert cache.evictions == 1 and cache.get(keys[1]) is None
+    assert all(cache.get(k) is not None for k in (keys[0], keys[2], keys[3]))
+    assert _check_directory(tmp_path, 3500) == 3
+
+
+def test_size_limit_holds_while_evicting(tiny_dataset: str, tmp_path: Path) -> None:
+    want = _epoch(_loader(tiny_dataset), 0)
+    groups, footers = _used_pieces(read_manifest(tiny_dataset))
+    limit = sum(n for _sha, n in groups + footers) // 3
+    loader = _loader(tiny_dataset, cache_dir=tmp_path / "cache", cache_bytes=limit)
+    cache = loader.dataset.reader.cache
+    assert cache is not None
+    loader.set_epoch(0)
+    ids, inputs = [], []
+    for batch in loader:
+        assert cache.total_bytes() <= limit
+        ids += batch["sample_id"].tolist()
+        inputs.append(batch["input_ids"])
+    assert _same((ids, torch.cat(inputs)), want)
+    assert cache.evictions > 0
+    assert 0 < cache.total_bytes() <= limit
+    _check_directory(tmp_path / "cache", limit)
+
+
+def test_a_corrupted_cache_file_is_refetched_not_returned(tiny_dataset: str,
+                                                          tmp_path: Path) -> None:
+    cache_dir = tmp_path / "cache"
+    want = _epoch(_loader(tiny_dataset, cache_dir=cache_dir), 0)
+    sha, length = _used_pieces(read_manifest(tiny_dataset))[0][3]
+    path = cache_dir / sha[:2] / sha
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+    fresh = _loader(tiny_dataset, cache_dir=cache_dir)
+    assert _same(_epoch(fresh, 0), want)
+    metrics = fresh.metrics()
+    assert metrics["cache_corrupt"] == 1
+    assert metrics["row_groups_read"] == 1 and metrics["bytes_read"] == length  # only that one
+    assert digest_bytes(path.read_bytes()) == sha  # and the cache holds a good copy again
+
+
+_SHARER = """
+import hashlib, json, sys
+from loaders import build_dataloader
+url, cache_dir, limit = sys.argv[1], sys.argv[2], int(sys.argv[3])
+digest, stats = hashlib.sha256(), {}
+for epoch in range(3):
+    loader = build_dataloader(url, 8, 64, rank=0, world_size=1, cache_dir=cache_dir,
+                              cache_bytes=limit)
+    loader.set_epoch(epoch % 2)
+    for batch in loader:
+        digest.update(batch["input_ids"].numpy().tobytes())
+    for k, v in loader.dataset.reader.cache.stats().items():
+        stats[k] = stats.get(k, 0) + v
+print(json.dumps({"digest": digest.hexdigest(), **stats}))
+"""
+
+
+@pytest.mark.parametrize("fraction", [1.0, 0.5])
+def test_two_processes_share_one_cache_directory(tiny_dataset: str, tmp_path: Path,
+                                                 fraction: float) -> None:
+    """Two jobs read the same pieces at once, writing and (at half size) evicting the same
+    entries: both get the right tokens, neither ever sees a torn or foreign entry."""
+    loader = _loader(tiny_dataset)
+    digest = hashlib.sha256()
+    for epoch in range(3):
+        digest.update(_epoch(loader, epoch % 2)[1].numpy().tobytes())
+    groups, footers = _used_pieces(read_manifest(tiny_dataset))
+    limit = int(sum(n for _sha, n in groups + footers) * fraction / LOW_WATER) + 1
+    cache_dir = tmp_path / "cache"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-c", _SHARER, tiny_dataset, str(cache_dir),
+                               str(limit)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env, cwd=ROOT) for _ in range(2)]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    for result in results:
+        assert result["digest"] == digest.hexdigest()
+        assert result["corrupt"] == 0 and result["errors"] == 0
+    assert sum(r["hits"] for r in results) > 0
+    if fraction < 1:
+        assert sum(r["evictions"] for r in results) > 0
+    assert _check_directory(cache_dir, limit) > 0
