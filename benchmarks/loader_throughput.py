@@ -10,6 +10,8 @@ Loaders measured (``CONFIGS`` below; medians over ``--runs`` full epochs, warm p
 - ``shardflow_local`` / ``shardflow_s3``: ``build_dataloader(url, 8, 2048)`` with its DEFAULT
   settings (in-process, one batch thread, read-ahead thread pool), from local disk and from a
   real S3 server on loopback (MinIO or SeaweedFS, ``storage.testing``).
+- ``shardflow_s3_cached``: from S3 with ``cache_dir`` set: the first epoch fills the local
+  disk cache, the others read from it (so the median is the warm figure).
 - ``shardflow_local_w2``: the same with ``num_workers=2`` (context: the cost of worker IPC).
 - ``pyarrow_rowgroups``: a bare ``ParquetFile.read_row_group`` loop over the same local shards,
   one thread, no shuffle, no checksums, no read-ahead, cut into the same batches in source
@@ -43,11 +45,13 @@ Peers are installed without their dependency trees (see ``_install_stand_ins``):
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import types
 from collections.abc import Callable, Iterator
@@ -64,10 +68,11 @@ from benchmarks.bench_utils import RESULTS, median, write_results  # noqa: E402
 BATCH, SEQ = 8, 2048
 WIDTH = SEQ + 1
 PEERS = ("mosaic", "litdata")
-CONFIGS = ("shardflow_local", "shardflow_s3", "shardflow_local_w2", "pyarrow_rowgroups",
+CONFIGS = ("shardflow_local", "shardflow_s3", "shardflow_s3_cached", "shardflow_local_w2",
+           "pyarrow_rowgroups",
            "mosaic_inproc", "mosaic_w2", "mosaic_w2fs",
            "litdata_inproc", "litdata_w2", "litdata_w2fs")
-QUICK_CONFIGS = ("shardflow_local", "shardflow_s3", "pyarrow_rowgroups",
+QUICK_CONFIGS = ("shardflow_local", "shardflow_s3", "shardflow_s3_cached", "pyarrow_rowgroups",
                  "mosaic_inproc", "litdata_inproc", "litdata_w2fs")
 
 
@@ -247,8 +252,12 @@ def _make_source(config: str, spec: dict[str, Any]) -> Callable[[], Iterator[Any
         url, options = spec["s3_url"], spec["s3_options"]
         if config.startswith("shardflow_local"):
             url, options = spec["local_url"], None
+        extra: dict[str, Any] = {}
+        if config.endswith("_cached"):  # epoch 1 fills the local disk cache, later ones hit it
+            extra["cache_dir"] = tempfile.mkdtemp(prefix="shardflow-cache-")
+            atexit.register(shutil.rmtree, extra["cache_dir"], True)
         return lambda: iter(build_dataloader(url, BATCH, SEQ, num_workers=workers,
-                                             storage_options=options))
+                                             storage_options=options, **extra))
     if kind == "pyarrow":
         import pyarrow.parquet as pq
         import torch  # noqa: F401  (imported before the clock starts, as the loaders' is)
