@@ -87,6 +87,10 @@ def read_partition(part: Partition, opts: ReadOptions,
         if part.compression:
             salvage = _Salvage(fh, truncated)
             fh = io.BufferedReader(salvage, 1 << 16)
+        elif part.fmt != "parquet" and not loc.is_local:
+            # Object-store files (s3fs, gcsfs, ...) have no readline(size), which the line
+            # readers need to bound a line's memory; a buffered reader over them does.
+            fh = io.BufferedReader(fh, 1 << 16)
     except Exception as exc:
         yield Rejected(name, "unreadable_file", f"{type(exc).__name__}: {exc}"[:500],
                        file=shown)
