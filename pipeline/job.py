@@ -17,12 +17,12 @@ import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from operator import getitem
 from typing import Any, TextIO
 
+import numpy as np
 from distributed import Client, Future, as_completed
 
-from pipeline import tokenizing, work
+from pipeline import shuffle, tokenizing, work
 from pipeline.cluster import dask_client
 from pipeline.config import PipelineConfig
 from pipeline.discovery import default_corpus, discover
@@ -32,11 +32,8 @@ from pipeline.records import StrictModeError
 from pipeline.shards import schema_description
 from pipeline.stages import (
     StageParams,
-    load_keys,
     phase_one,
     phase_two,
-    pick,
-    resolve_bucket,
     sample_texts,
 )
 from storage import (
@@ -49,7 +46,10 @@ from storage import (
     tokens,
 )
 
+#: dedup buckets: one per this many input bytes, at most MAX_BUCKETS (each bucket is one task
+#: that holds its share of the keys; each reads a slice of every partition's key file)
 BUCKET_BYTES = 256 << 20
+MAX_BUCKETS = 512
 
 
 @dataclass
@@ -165,32 +165,29 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
     twos: dict[int, work.PhaseTwo | Future] = {
         p.index: work.PhaseTwo.from_dict(d) for p, d in zip(parts, done2, strict=True) if d}
 
-    dedup = cfg.dedup == "exact" or cfg.near_dup
-    buckets = cfg.dedup_buckets or max(1, min(64, math.ceil(total_bytes / BUCKET_BYTES)))
-    resolved: list[Future] = []
-    if dedup and todo2:
-        splits = [client.submit(load_keys, store, k, p.index, buckets, ones[p.index],
-                                key=f"keys-{p.index:05d}-{tag}", **opts)
-                  if isinstance(ones[p.index], Future) else
-                  client.submit(load_keys, store, k, p.index, buckets,
-                                key=f"keys-{p.index:05d}-{tag}", **opts)
-                  for p, k in zip(parts, keys, strict=True)]
-        for b in range(buckets):
-            pieces = [client.submit(getitem, s, b, key=f"piece-{i:05d}-{b}-{tag}", **opts)
-                      for i, s in enumerate(splits)]
-            resolved.append(client.submit(resolve_bucket, *pieces, key=f"bucket-{b}-{tag}",
-                                          **opts))
+    bar.update(sum(1 for d in done1 if d) + len(twos))
+    drops: dict[int, np.ndarray] = {}
+    if (cfg.dedup == "exact" or cfg.near_dup) and todo2:
+        # Waits for every phase 1: duplicates are known only once every key is.
+        drops = _dedup(client, cfg, store, parts, keys, rkey, ones, bar, total_bytes, tag, opts)
     for p in todo2:
-        picked = [client.submit(pick, r, p.index, key=f"pick-{p.index:05d}-{b}-{tag}", **opts)
-                  for b, r in enumerate(resolved)]
+        picked = ([client.submit(shuffle.pick, store, rkey, drops[p.index],
+                                 key=f"pick-{p.index:05d}-{tag}", **opts)]
+                  if p.index in drops else [])
         after = ones[p.index] if isinstance(ones[p.index], Future) else None
         twos[p.index] = client.submit(_phase_two_after, after, p.index, keys[p.index], rkey,
                                       store, cfg.row_group_tokens, tok.vocab_size, *picked,
                                       key=f"phase2-{p.index:05d}-{tag}", **opts)
+    _collect([f for f in (*ones.values(), *twos.values()) if isinstance(f, Future)],
+             ones, twos, bar)
+    resumed = sum(1 for d in done1 if d)
+    return list(ones.values()), list(twos.values()), resumed  # type: ignore[return-value]
 
-    pending = [f for f in (*ones.values(), *twos.values()) if isinstance(f, Future)]
-    bar.update(2 * len(parts) - len(pending))
-    for fut in as_completed(pending):
+
+def _collect(futures: list[Future], ones: dict[int, Any], twos: dict[int, Any],
+             bar: ProgressBar) -> None:
+    """Wait for phase-1 and phase-2 results, replacing their futures; stop on a strict error."""
+    for fut in as_completed(futures):
         result = fut.result()
         if isinstance(result, work.PhaseOne) and result.error:
             raise StrictModeError(result.error)
@@ -199,8 +196,37 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
             ones[result.index] = result
         else:
             twos[result.index] = result
-    resumed = sum(1 for d in done1 if d)
-    return list(ones.values()), list(twos.values()), resumed  # type: ignore[return-value]
+
+
+def _dedup(client: Client, cfg: PipelineConfig, store: ReplicaSet, parts: list[Partition],
+           keys: list[str], rkey: str, ones: dict[int, Any], bar: ProgressBar,
+           total_bytes: int, tag: str, opts: dict[str, Any]) -> dict[int, np.ndarray]:
+    """The dedup shuffle (see :mod:`pipeline.shuffle`): ``{partition: its drop ranges}``.
+
+    Only counts come back to the driver: a partition x bucket matrix of keys, then one of
+    drops. Keys and drops stay in ``_work/``, so no worker ever holds the whole input's.
+    """
+    buckets = cfg.dedup_buckets or max(1, min(MAX_BUCKETS, math.ceil(total_bytes / BUCKET_BYTES)))
+    counted = [client.submit(shuffle.bucket_keys, store, k, p.index, buckets,
+                             ones[p.index] if isinstance(ones[p.index], Future) else None,
+                             key=f"bucket-keys-{p.index:05d}-{tag}", **opts)
+               for p, k in zip(parts, keys, strict=True)]
+    _collect([f for f in ones.values() if isinstance(f, Future)], ones, {}, bar)
+    per_key = np.stack(client.gather(counted))  # [partition, bucket]
+    del counted
+    names = np.array(keys)
+    starts = shuffle.starts_of(per_key, axis=1)
+    resolved = [client.submit(shuffle.resolve_bucket, store, rkey, b, buckets, names,
+                              starts[:, b], per_key[:, b], key=f"bucket-{b}-{tag}", **opts)
+                for b in range(buckets)]
+    per_drop = np.stack(client.gather(resolved))  # [bucket, partition]
+    del resolved
+    first = shuffle.starts_of(per_drop, axis=1)
+    out: dict[int, np.ndarray] = {}
+    for i in np.flatnonzero(per_drop.sum(axis=0)):
+        bs = np.flatnonzero(per_drop[:, i])
+        out[int(i)] = np.stack([bs, first[bs, i], first[bs, i] + per_drop[bs, i]], axis=1)
+    return out
 
 
 def _phase_two_after(_after: Any, *args: Any) -> work.PhaseTwo:

@@ -1,9 +1,9 @@
 """The tasks Dask runs. Each returns small results; documents never travel to the driver.
 
 Phase 1, per partition: parse → clean → dedup keys → tokenize; rows and keys go to ``_work/``,
-rejects to ``quarantine/``. Dedup, across partitions: keys are split by hash into buckets, each
-bucket is resolved on its own, and each partition picks its condemned rows from every bucket.
-Phase 2, per partition: drop condemned rows → the final shard.
+rejects to ``quarantine/``. Dedup, across partitions, is ``pipeline.shuffle``: keys are split by
+hash into buckets, each bucket is resolved on its own, and each partition picks its condemned
+rows from every bucket. Phase 2, per partition: drop condemned rows → the final shard.
 """
 
 from __future__ import annotations
@@ -22,15 +22,12 @@ from pipeline import tokenizing, work
 from pipeline.cleaning import Cleaner, CleaningConfig
 from pipeline.dedup import (
     DROP,
-    ENTRY,
     KIND_EXACT,
     KIND_NEAR,
     MinHasher,
     content_key,
     drops_for,
     entries,
-    resolve,
-    split_by_bucket,
 )
 from pipeline.plan import Partition
 from pipeline.readers import ReadOptions, read_partition
@@ -145,26 +142,6 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams) -> w
         quarantined=dict(Counter(r["reason"] for r in rejected)), quarantine=quarantine)
     work.put_json(scratch, work.done1_path(key), work.marker(result))
     return result
-
-
-def load_keys(store: ReplicaSet, key: str, index: int, buckets: int,
-              _after: Any = None) -> list[np.ndarray]:
-    """One partition's dedup keys from ``_work/``, split into hash buckets.
-
-    ``_after`` is the partition's phase-1 result when it runs in this job: passing it makes
-    Dask order the two; the keys themselves always come from the store.
-    """
-    arr = work.load_array(work.work_store(store), work.keys_path(key)).astype(ENTRY)
-    arr["part"] = index
-    return split_by_bucket(arr, buckets)
-
-
-def resolve_bucket(*pieces: np.ndarray) -> np.ndarray:
-    return resolve(np.concatenate(pieces) if pieces else np.zeros(0, dtype=ENTRY))
-
-
-def pick(drops: np.ndarray, index: int) -> np.ndarray:
-    return drops[drops["part"] == index]
 
 
 def phase_two(index: int, key: str, run_key: str, store: ReplicaSet, row_group_tokens: int,
