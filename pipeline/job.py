@@ -46,9 +46,9 @@ from storage import (
     tokens,
 )
 
-#: dedup buckets: one per this many input bytes, at most MAX_BUCKETS (each bucket is one task
-#: that holds its share of the keys; each reads a slice of every partition's key file)
-BUCKET_BYTES = 256 << 20
+#: dedup buckets: one per this many keys (a bucket's task holds ~100 bytes per key: ~50 MiB),
+#: at most MAX_BUCKETS (each bucket's task reads a slice of every partition's key file)
+BUCKET_KEYS = 1 << 19
 MAX_BUCKETS = 512
 
 
@@ -141,8 +141,8 @@ def _markers(scratch: ReplicaSet, paths: list[str]) -> list[dict[str, Any] | Non
 
 
 def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
-             tok: tokenizing.TokenizerSpec, parts: list[Partition], bar: ProgressBar,
-             total_bytes: int) -> tuple[list[work.PhaseOne], list[work.PhaseTwo], int]:
+             tok: tokenizing.TokenizerSpec, parts: list[Partition],
+             bar: ProgressBar) -> tuple[list[work.PhaseOne], list[work.PhaseTwo], int]:
     salt = json.dumps([cfg.for_manifest(), tok.sha256], sort_keys=True)
     keys = [p.key(salt) for p in parts]
     rkey = work.run_key(keys)
@@ -169,7 +169,7 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
     drops: dict[int, np.ndarray] = {}
     if (cfg.dedup == "exact" or cfg.near_dup) and todo2:
         # Waits for every phase 1: duplicates are known only once every key is.
-        drops = _dedup(client, cfg, store, parts, keys, rkey, ones, bar, total_bytes, tag, opts)
+        drops = _dedup(client, cfg, store, parts, keys, rkey, ones, bar, tag, opts)
     for p in todo2:
         picked = ([client.submit(shuffle.pick, store, rkey, drops[p.index],
                                  key=f"pick-{p.index:05d}-{tag}", **opts)]
@@ -200,18 +200,20 @@ def _collect(futures: list[Future], ones: dict[int, Any], twos: dict[int, Any],
 
 def _dedup(client: Client, cfg: PipelineConfig, store: ReplicaSet, parts: list[Partition],
            keys: list[str], rkey: str, ones: dict[int, Any], bar: ProgressBar,
-           total_bytes: int, tag: str, opts: dict[str, Any]) -> dict[int, np.ndarray]:
+           tag: str, opts: dict[str, Any]) -> dict[int, np.ndarray]:
     """The dedup shuffle (see :mod:`pipeline.shuffle`): ``{partition: its drop ranges}``.
 
+    Waits for every phase 1 first: their row counts size the buckets (``BUCKET_KEYS`` each).
     Only counts come back to the driver: a partition x bucket matrix of keys, then one of
     drops. Keys and drops stay in ``_work/``, so no worker ever holds the whole input's.
     """
-    buckets = cfg.dedup_buckets or max(1, min(MAX_BUCKETS, math.ceil(total_bytes / BUCKET_BYTES)))
+    _collect([f for f in ones.values() if isinstance(f, Future)], ones, {}, bar)
+    per_doc = (cfg.dedup == "exact") + (cfg.minhash_bands if cfg.near_dup else 0)
+    total_keys = per_doc * sum(r.rows for r in ones.values())
+    buckets = cfg.dedup_buckets or max(1, min(MAX_BUCKETS, math.ceil(total_keys / BUCKET_KEYS)))
     counted = [client.submit(shuffle.bucket_keys, store, k, p.index, buckets,
-                             ones[p.index] if isinstance(ones[p.index], Future) else None,
                              key=f"bucket-keys-{p.index:05d}-{tag}", **opts)
                for p, k in zip(parts, keys, strict=True)]
-    _collect([f for f in ones.values() if isinstance(f, Future)], ones, {}, bar)
     per_key = np.stack(client.gather(counted))  # [partition, bucket]
     del counted
     names = np.array(keys)
@@ -263,7 +265,7 @@ def run(cfg: PipelineConfig, log: TextIO | None = None, progress: bool = True) -
         print(f"tokenizer: {tok.name} (vocab {tok.vocab_size}, eos {tok.eos_token!r})", file=log)
         store.put(TOKENIZER, tok.json.encode("utf-8"))
         bar = ProgressBar(2 * len(parts), label="tasks", enabled=progress, stream=log)
-        ones, twos, resumed = _execute(client, cfg, store, tok, parts, bar, total_bytes)
+        ones, twos, resumed = _execute(client, cfg, store, tok, parts, bar)
 
     manifest = build_manifest(cfg, tok, ones, twos)
     store.put(MANIFEST, manifest.to_json().encode("utf-8"))  # the commit: last, atomic

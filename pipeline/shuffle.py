@@ -53,15 +53,8 @@ def _read_ranges(store: ReplicaSet, ranges: list[tuple[str, int, int]],
     return out
 
 
-def bucket_keys(store: ReplicaSet, key: str, index: int, buckets: int,
-                after: work.PhaseOne | None = None) -> np.ndarray:
-    """Partition ``index``'s keys ordered by bucket; returns the count in each bucket.
-
-    ``after`` is the partition's phase-1 result when it runs in this job (which orders the
-    two); a phase 1 stopped by ``--strict`` left no keys, and the run is about to stop.
-    """
-    if after is not None and after.error:
-        return np.zeros(buckets, dtype=np.int64)
+def bucket_keys(store: ReplicaSet, key: str, index: int, buckets: int) -> np.ndarray:
+    """Partition ``index``'s keys ordered by bucket; returns the count in each bucket."""
     scratch = work.work_store(store)
     arr = work.load_array(scratch, work.keys_path(key)).astype(ENTRY)
     arr["part"] = index
