@@ -42,7 +42,8 @@ class PipelineConfig:
     id_field: str | None = _f(None, "field holding a document id (default: file:line, "
                               "file@offset or file#row)")
     partition_bytes: int = _f(0, "split uncompressed JSONL/text files into byte ranges "
-                              "(Parquet: row groups) of about this size; bounds worker memory. "
+                              "(Parquet: row groups) of about this size; bounds worker memory "
+                              "(~190 MiB + 64 MiB + 4 x this with GPT-2). "
                               "0: input bytes / 64, within 1-16 MiB")
     max_record_bytes: int = _f(DEFAULT_MAX_RECORD_BYTES, "records (lines, paragraphs, fields) "
                                "larger than this are quarantined as record_too_large")

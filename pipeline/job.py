@@ -5,6 +5,13 @@ removed; ``tokenizer.json`` is written; phase 1 and phase 2 leave markers under 
 ``pipeline.work``); the manifest is written last, in partition order, from results that do not
 depend on timing; then ``_work/`` is removed. A rerun after a crash redoes only what has no
 marker, and produces the same bytes.
+
+Memory: a worker runs one task at a time and holds at most ``B0 + C + k x partition_bytes``
+in phase 1 or 2 (B0 the idle worker, ~190 MiB with GPT-2; C ~64 MiB for the read block and one
+encode batch; k ~3-5: ~9 bytes per token and ~270 per document of the partition), or B0 plus
+one dedup bucket (~100 bytes x ``BUCKET_KEYS`` keys) during the shuffle, whatever the input
+size. Only counts and small results reach the driver. Details and exceptions (unsplittable
+compressed and CSV files): README, "Worker memory"; checked by tests/pipeline/test_memory.py.
 """
 
 from __future__ import annotations

@@ -141,6 +141,10 @@ def test_s3_globs_in_s3_out_match_local_run(s3_bucket, corpus, tmp_path: Path,
     q = _quarantined(remote.fs, remote.path("datasets/mixed"), m)
     assert sorted(r["reason"] for r in q) == ["malformed_json", "missing_field"]
     assert all(r["file"] == f"{s3_bucket.url}/corpus/raw/big.jsonl" for r in q)
+    for r in q:  # a split file's records are named by their exact byte offset
+        name, offset = r["source"].split("@")
+        assert name == "big.jsonl" and int(offset) > PARTITION
+        assert files["big.jsonl"][int(offset):].startswith(r["raw"].encode() + b"\n")
     remote.fs.invalidate_cache()
     stored_paths = remote.fs.find(remote.path("datasets/mixed"))
     assert not [p for p in stored_paths if "/_work/" in p]  # scratch removed after the commit
