@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,8 @@ FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".txt": "txt
            ".text": "txt", ".csv": "csv", ".parquet": "parquet"}
 #: compression by suffix; fsspec's codec names. Compressed streams cannot be split.
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".bz2": "bz2", ".xz": "xz"}
+#: concurrent Parquet footer reads during discovery (one small ranged read each)
+PARQUET_FOOTER_THREADS = 16
 
 
 @dataclass(frozen=True)
@@ -77,27 +80,44 @@ def _version(info: dict[str, Any]) -> str:
     return f"{info.get('size')}:{tag}"
 
 
+def _matches(loc: Any, spec: str) -> dict[str, dict[str, Any]]:
+    """``{path: info}`` of what ``spec`` names: one listing per glob, one stat per path."""
+    if any(c in spec for c in "*?["):
+        found = loc.fs.glob(loc.root, detail=True)
+        if not found:
+            raise InputError(f"{spec}: no input files match")
+        return found
+    try:
+        return {loc.root: loc.fs.info(loc.root)}
+    except FileNotFoundError:
+        raise InputError(f"{spec}: no such file") from None
+
+
 def discover(inputs: list[str],
              storage_options: dict[str, Any] | None = None) -> list[InputFile]:
-    """Expand paths and globs into the deterministic, de-duplicated, sorted list of files."""
-    found: dict[str, InputFile] = {}
+    """Expand paths and globs into the deterministic, de-duplicated, sorted list of files.
+
+    The sizes and versions come with the listings (no request per file); Parquet footers,
+    one read per file, are fetched concurrently.
+    """
+    found: dict[str, tuple[Any, str, dict[str, Any]]] = {}
     for spec in inputs:
         loc = resolve(spec, storage_options)
-        matches = loc.fs.glob(loc.root) if any(c in spec for c in "*?[") else [loc.root]
-        if not matches:
-            raise InputError(f"{spec}: no input files match")
-        for match in matches:
-            if loc.fs.isdir(match):
+        for match, info in _matches(loc, spec).items():
+            if info.get("type") == "directory":
                 raise InputError(f"{spec}: {match} is a directory; "
                                  f"pass a glob such as {match}/*.jsonl")
-            if not loc.fs.exists(match):
-                raise InputError(f"{spec}: no such file")
             url = match if loc.is_local else loc.fs.unstrip_protocol(match)
-            if url in found:
-                continue
-            fmt, compression = detect_format(url)
-            info = loc.fs.info(match)
-            groups = _parquet_row_groups(loc.fs, match) if fmt == "parquet" else ()
-            found[url] = InputFile(url, fmt, compression, int(info.get("size") or 0), groups,
-                                   _version(info))
-    return [found[u] for u in sorted(found)]
+            found.setdefault(url, (loc.fs, match, info))
+    urls = sorted(found)
+    formats = [detect_format(u) for u in urls]
+
+    def row_groups(i: int) -> tuple[int, ...]:
+        fs, path, _ = found[urls[i]]
+        return _parquet_row_groups(fs, path) if formats[i][0] == "parquet" else ()
+
+    with ThreadPoolExecutor(PARQUET_FOOTER_THREADS) as pool:
+        groups = list(pool.map(row_groups, range(len(urls))))
+    return [InputFile(u, fmt, compression, int(found[u][2].get("size") or 0), g,
+                      _version(found[u][2]))
+            for u, (fmt, compression), g in zip(urls, formats, groups, strict=True)]
