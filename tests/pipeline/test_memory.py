@@ -24,7 +24,8 @@ import pytest
 from pipeline.config import PipelineConfig
 from pipeline.job import run
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")]
 
 MiB = 1 << 20
 PARTITION = 256 << 10
