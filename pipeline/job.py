@@ -38,6 +38,7 @@ from pipeline.progress import ProgressBar
 from pipeline.records import StrictModeError
 from pipeline.shards import schema_description
 from pipeline.stages import (
+    HiddenOptions,
     StageParams,
     phase_one,
     phase_two,
@@ -136,7 +137,8 @@ def _train_tokenizer(client: Client, cfg: PipelineConfig, parts: list[Partition]
     """Train on the first ``tokenizer_sample_bytes / P`` characters of every partition."""
     quota = max(1, cfg.tokenizer_sample_bytes // max(1, len(parts)))
     futures = [client.submit(sample_texts, p, cfg.read_options, cfg.cleaning, quota,
-                             cfg.storage_options, pure=False, retries=cfg.retries)
+                             HiddenOptions(cfg.storage_options), pure=False,
+                             retries=cfg.retries)
                for p in parts]
     texts = [t for f in futures for t in f.result()]  # partition order: deterministic
     return tokenizing.train_bpe(texts, vocab)

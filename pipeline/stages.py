@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import io
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -53,7 +53,15 @@ class StageParams:
     eos_id: int | None
     encode_batch_docs: int
     strict: bool
-    storage_options: dict[str, Any] | None
+    # Credentials may be in here: never in a repr, so never in Dask's "Compute Failed" logs.
+    storage_options: dict[str, Any] | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class HiddenOptions:
+    """Storage options passed to a task on their own, kept out of reprs (and so of logs)."""
+
+    value: dict[str, Any] | None = field(default=None, repr=False)
 
 
 _TOKENIZERS: dict[str, str] = {}
@@ -168,12 +176,12 @@ def phase_two(index: int, key: str, run_key: str, store: ReplicaSet, row_group_t
 
 
 def sample_texts(part: Partition, read: ReadOptions, cleaning: CleaningConfig, quota: int,
-                 storage_options: dict[str, Any] | None) -> list[str]:
+                 options: HiddenOptions) -> list[str]:
     """The first ``quota`` characters of cleaned documents: a tokenizer-training sample."""
     cleaner = Cleaner(cleaning)
     out: list[str] = []
     size = 0
-    for item in read_partition(part, read, storage_options):
+    for item in read_partition(part, read, options.value):
         if isinstance(item, Rejected):
             continue
         text = cleaner(item.text)
