@@ -61,7 +61,8 @@ def consume(url: str, options: dict, rate: float, seconds: float, batch: int, se
     (at least 30 batches) for the read-ahead to matter, whatever the rate.
     """
     batches = max(30, int(seconds * rate / (batch * seq)))
-    loader = build_dataloader(url, batch, seq, rank=0, world_size=1, storage_options=options)
+    loader = build_dataloader(url, batch, seq, rank=0, world_size=1, storage_options=options,
+                              batch_thread=True)  # as the trainer builds it
     step = batch * seq / rate
     wait = 0.0
     t0 = time.perf_counter()

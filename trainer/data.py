@@ -41,7 +41,8 @@ def build_loader(
 ) -> EpochLoader:
     """The real streaming loader for this rank (``loaders.build_dataloader``). Batches carry
     ``sample_id`` so that each rank can log which samples it trained on (a resume is checked
-    against that log). ``cache_bytes=None`` keeps the loaders' default limit."""
+    against that log). ``cache_bytes=None`` keeps the loaders' default limit. ``batch_thread``:
+    the next batches are built while the step runs, so the step rarely waits for one."""
     from loaders import build_dataloader
 
     cache: dict[str, Any] = {"cache_dir": cache_dir}
@@ -50,7 +51,7 @@ def build_loader(
     return build_dataloader(
         url, batch_size, seq_len, num_workers=num_workers, seed=seed, shuffle=True,
         rank=rank, world_size=world_size, storage_options=storage_options,
-        return_sample_id=True, **cache,
+        return_sample_id=True, batch_thread=True, **cache,
     )
 
 

@@ -106,3 +106,25 @@ def test_reader_holds_a_bounded_number_of_row_groups(tiny_dataset: str) -> None:
 def test_rank_without_world_size_is_refused(tiny_dataset: str) -> None:
     with pytest.raises(ValueError, match="rank and world_size"):
         TokenDataset(tiny_dataset, SEQ, rank=0)
+
+
+def test_batch_thread_gives_the_same_batches_and_stops_cleanly(tiny_dataset: str) -> None:
+    import threading
+    import time
+
+    plain = [b["input_ids"] for b in build_dataloader(tiny_dataset, 4, SEQ)]
+    ahead = build_dataloader(tiny_dataset, 4, SEQ, batch_thread=True, prefetch_factor=2)
+    got = []
+    for i, b in enumerate(ahead):
+        got.append(b["input_ids"])
+        if i % 3 == 0:
+            time.sleep(0.01)  # a busy caller: the thread builds ahead meanwhile
+    assert len(got) == len(plain) > 3
+    assert all(torch.equal(a, b) for a, b in zip(plain, got, strict=True))
+    it = iter(build_dataloader(tiny_dataset, 4, SEQ, batch_thread=True))
+    next(it)
+    it.close()  # abandoning an epoch stops the builder thread
+    deadline = time.time() + 5
+    while any(t.name == "shardflow-batches" for t in threading.enumerate()):
+        assert time.time() < deadline, "batch thread still running after close()"
+        time.sleep(0.05)
