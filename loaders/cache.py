@@ -14,9 +14,10 @@ manifest gives for it. Why that key: the manifest already names every piece by i
 Writes go to a temporary file in the cache's own ``tmp/`` and are renamed into place
 (``os.replace`` is atomic on one filesystem), so readers see a whole entry or none. The size
 limit is kept with a byte counter in ``.size``, changed only under an exclusive ``flock`` on
-``.lock`` together with the rename or delete it accounts for: when a write takes the total over
-``max_bytes`` the directory is scanned and least-recently-used entries (by mtime, which a hit
-touches) are deleted down to ``LOW_WATER`` of the limit, so a full cache rescans once per ~10 %
+``.lock`` together with the rename or delete it accounts for: when a write would take the total
+over ``max_bytes``, the directory is scanned and least-recently-used entries (by mtime, which a
+hit touches) are deleted until the new entry fits under ``LOW_WATER`` of the limit, before the
+rename (so the limit holds at every instant), so a full cache rescans once per ~10 %
 of its size written rather than on every write. Entries are not fsync'ed: after a power loss a
 torn entry fails verification and is refetched, which is all a cache owes.
 
@@ -63,12 +64,12 @@ class Entry:
     used: float  # mtime: the write, or the last hit
 
 
-def choose_evictions(entries: Iterable[Entry], target_bytes: int,
-                     protect: frozenset[str] = frozenset()) -> list[str]:
+def choose_evictions(entries: Iterable[Entry], target_bytes: int) -> list[str]:
     """Keys to delete, least recently used first, until the rest fits in ``target_bytes``.
 
-    Pure (no I/O) so the policy is tested apart from the files. ``protect`` (the entry just
-    written) is never chosen: evicting what was just paid for would only cause another miss.
+    Pure (no I/O) so the policy is tested apart from the files. The entry being written is
+    not among ``entries`` (room is made before it is renamed into place), so what was just
+    paid for is never evicted.
     """
     entries = list(entries)
     total = sum(e.size for e in entries)
@@ -76,8 +77,6 @@ def choose_evictions(entries: Iterable[Entry], target_bytes: int,
     for entry in sorted(entries, key=lambda e: (e.used, e.key)):
         if total <= target_bytes:
             break
-        if entry.key in protect:
-            continue
         chosen.append(entry.key)
         total -= entry.size
     return chosen
@@ -160,11 +159,12 @@ class ChunkCache:
             path = self.path(key)
             path.parent.mkdir(exist_ok=True)
             with self._locked():
-                # Read the counter before the rename: without one, it is counted by a scan.
+                # Room is made before the rename, so that the directory is under the limit at
+                # every instant, also for a reader scanning it without the lock.
                 total = self._read_total() - _size_or_zero(path) + len(data)
-                os.replace(tmp, path)
                 if total > self.max_bytes:
-                    total = self._evict(protect=frozenset([key]))
+                    total = self._evict(room=len(data)) + len(data)
+                os.replace(tmp, path)
                 self._write_total(total)
         except OSError:
             self._add(errors=1)
@@ -221,12 +221,13 @@ class ChunkCache:
                     entries.append(Entry(item.name, st.st_size, st.st_mtime))
         return entries
 
-    def _evict(self, protect: frozenset[str]) -> int:
-        """Delete least-recently-used entries down to the low-water mark; the new total."""
+    def _evict(self, room: int) -> int:
+        """Delete least-recently-used entries until ``room`` more bytes stay under the
+        low-water mark; the total of what is left."""
         entries = self.scan()
         total = sum(e.size for e in entries)
         sizes = {e.key: e.size for e in entries}
-        for key in choose_evictions(entries, int(self.max_bytes * LOW_WATER), protect):
+        for key in choose_evictions(entries, int(self.max_bytes * LOW_WATER) - room):
             with contextlib.suppress(FileNotFoundError):
                 self.path(key).unlink()
                 self._add(evictions=1)
