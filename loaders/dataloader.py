@@ -180,19 +180,14 @@ class ShardflowLoader:
         between threads costs more than building a batch. Production is serialised by one
         lock, so batches come out in order whoever builds them.
         """
-        windows = iter(self.dataset.windows(samples))
-        starts = iter(range(0, len(samples), self.batch_size))
+        batches = self._batches(samples)  # advanced by either thread, always under ``cond``
         ready: collections.deque[Any] = collections.deque()
         cond = threading.Condition()
         stop = threading.Event()
         done = object()
 
         def build_next() -> Any:  # called with ``cond`` held
-            lo = next(starts, None)
-            if lo is None:
-                return done
-            chunk = samples[lo:lo + self.batch_size]
-            return self._make_batch(chunk, [next(windows) for _ in range(len(chunk))])
+            return next(batches, done)
 
         def fill() -> None:
             try:
@@ -227,9 +222,8 @@ class ShardflowLoader:
             with cond:
                 cond.notify_all()
             thread.join(timeout=5)
-            close = getattr(windows, "close", None)
-            if close is not None and not thread.is_alive():
-                close()
+            if not thread.is_alive():
+                batches.close()  # stops the read-ahead now
 
     # -- metrics -----------------------------------------------------------------------
 
