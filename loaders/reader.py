@@ -51,10 +51,10 @@ class RowGroupIndex:
 
 
 class _RangeFile(io.RawIOBase):
-    """A read-only file made of the few verified byte ranges that pyarrow will ask for."""
+    """A read-only file of which only one verified byte range exists: what pyarrow asks for."""
 
-    def __init__(self, size: int, ranges: dict[int, bytes], name: str) -> None:
-        self._size, self._ranges, self._name, self._pos = size, ranges, name, 0
+    def __init__(self, size: int, start: int, data: bytes, name: str) -> None:
+        self._size, self._start, self._data, self._name, self._pos = size, start, data, name, 0
 
     def readable(self) -> bool:
         return True
@@ -75,14 +75,13 @@ class _RangeFile(io.RawIOBase):
 
     def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
         want = min(len(buffer), self._size - self._pos)
-        for start, data in self._ranges.items():
-            if start <= self._pos and self._pos + want <= start + len(data):
-                lo = self._pos - start
-                buffer[:want] = data[lo:lo + want]
-                self._pos += want
-                return want
-        raise OSError(f"{self._name}: read of [{self._pos}, {self._pos + want}) outside the "
-                      "row group located by the manifest (manifest and shard disagree)")
+        lo = self._pos - self._start
+        if lo < 0 or lo + want > len(self._data):
+            raise OSError(f"{self._name}: read of [{self._pos}, {self._pos + want}) outside the "
+                          "row group located by the manifest (manifest and shard disagree)")
+        buffer[:want] = self._data[lo:lo + want]
+        self._pos += want
+        return want
 
 
 HOLE_BYTES = 1 << 20
@@ -187,7 +186,7 @@ class TokenReader:
             if g is None:
                 continue
             gi = int(self.index.group_of[g])
-            source = _RangeFile(info.bytes, {start: fetched[start]}, info.path)
+            source = _RangeFile(info.bytes, start, fetched[start], info.path)
             table = pq.ParquetFile(source, metadata=meta).read_row_group(
                 gi, columns=["input_ids"], use_threads=False)
             out[g] = tokens.unpack(table.column(0), self.index.encoding)
