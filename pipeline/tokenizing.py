@@ -139,7 +139,9 @@ def encode_flat(spec_json: str, eos_id: int | None,
     """``(lengths, values)``: all documents' ids in one int32 array, EOS after each.
 
     One flat array instead of an array per document keeps the per-document Python work to a
-    minimum; the Arrow list column is built from it without copying per row.
+    minimum; the shard's token column is built from it without copying per row.
+    ``add_special_tokens=False`` keeps tokenizers that add BOS/CLS/SEP templates from wrapping
+    each document; the dataset's own document separator is the EOS appended here.
     """
     tok = _from_json(spec_json)
     fast = getattr(tok, "encode_batch_fast", tok.encode_batch)
@@ -151,21 +153,3 @@ def encode_flat(spec_json: str, eos_id: int | None,
         values = np.insert(values, np.cumsum(lengths), np.int32(eos_id))
         lengths = lengths + 1
     return lengths, values
-
-
-def encode(spec_json: str, eos_id: int | None, texts: list[str]) -> list[np.ndarray]:
-    """Token ids per text (int32), EOS appended, with no other special tokens added.
-
-    ``add_special_tokens=False`` keeps tokenizers that add BOS/CLS/SEP templates from wrapping
-    each document; the dataset's own document separator is the EOS appended here.
-    """
-    tok = _from_json(spec_json)
-    fast = getattr(tok, "encode_batch_fast", tok.encode_batch)
-    encodings = fast(texts, add_special_tokens=False)
-    out = []
-    for enc in encodings:
-        ids = enc.ids
-        if eos_id is not None:
-            ids = [*ids, eos_id]
-        out.append(np.asarray(ids, dtype=np.int32))
-    return out
