@@ -12,6 +12,9 @@ Loaders measured (``CONFIGS`` below; medians over ``--runs`` full epochs, warm p
   real S3 server on loopback (MinIO or SeaweedFS, ``storage.testing``).
 - ``shardflow_s3_cached``: from S3 with ``cache_dir`` set: the first epoch fills the local
   disk cache, the others read from it (so the median is the warm figure).
+- ``shardflow_local_bt`` / ``shardflow_local_rt4``: the local default with one setting changed,
+  ``batch_thread=True`` (the trainer's: batches built ahead on a background thread, which a
+  caller that only iterates pays for in hand-offs) or ``read_threads=4`` (the default is 2).
 - ``shardflow_local_w2``: the same with ``num_workers=2`` (context: the cost of worker IPC).
 - ``pyarrow_rowgroups``: a bare ``ParquetFile.read_row_group`` loop over the same local shards,
   one thread, no shuffle, no checksums, no read-ahead, cut into the same batches in source
@@ -68,7 +71,8 @@ from benchmarks.bench_utils import RESULTS, median, write_results  # noqa: E402
 BATCH, SEQ = 8, 2048
 WIDTH = SEQ + 1
 PEERS = ("mosaic", "litdata")
-CONFIGS = ("shardflow_local", "shardflow_s3", "shardflow_s3_cached", "shardflow_local_w2",
+CONFIGS = ("shardflow_local", "shardflow_s3", "shardflow_s3_cached", "shardflow_local_bt",
+           "shardflow_local_rt4", "shardflow_local_w2",
            "pyarrow_rowgroups",
            "mosaic_inproc", "mosaic_w2", "mosaic_w2fs",
            "litdata_inproc", "litdata_w2", "litdata_w2fs")
@@ -256,6 +260,10 @@ def _make_source(config: str, spec: dict[str, Any]) -> Callable[[], Iterator[Any
         if config.endswith("_cached"):  # epoch 1 fills the local disk cache, later ones hit it
             extra["cache_dir"] = tempfile.mkdtemp(prefix="shardflow-cache-")
             atexit.register(shutil.rmtree, extra["cache_dir"], True)
+        if config.endswith("_bt"):
+            extra["batch_thread"] = True
+        if config.endswith("_rt4"):
+            extra["read_threads"] = 4
         return lambda: iter(build_dataloader(url, BATCH, SEQ, num_workers=workers,
                                              storage_options=options, **extra))
     if kind == "pyarrow":

@@ -49,9 +49,9 @@ class TokenDataset(IterableDataset):
     shared by every rank, worker and dataset on the host.
 
     ``read_threads`` (default 2) fetch and decode row groups ahead, ``lookahead_groups`` of
-    them beyond the current one. Two suffice for local disk and a loopback S3 server, where
-    more threads only fight over the GIL (measured: 2 threads 1.2x the rate at 0.8x the CPU
-    of 4, locally and from S3); raise it for stores with long round trips.
+    them beyond the current one. Two suffice for local disk (loader_throughput
+    ``shardflow_local_rt4``: four give the same rate and CPU per token) and leave more cores
+    to the trainer; raise it for stores with long round trips.
 
     ``state_dict()``/``load_state_dict()`` make it *Stateful* in ``torchdata``'s sense, for
     ``torchdata.stateful_dataloader.StatefulDataLoader``, which saves one state per worker: the
