@@ -12,18 +12,37 @@ import contextlib
 import logging
 from collections.abc import Iterator
 
+import dask
 from distributed import Client, LocalCluster
 
 
 def worker_env(tokenizer_threads: int) -> dict[str, str]:
+    """A worker's environment: its tokenizer's thread pool sized, other pools at one thread.
+
+    Parallelism stays on even for one thread: ``encode_batch`` on a one-thread rayon pool ran
+    12-25 % faster than its serial path (``TOKENIZERS_PARALLELISM=false``) here, same ids.
+    No ``MALLOC_TRIM_THRESHOLD_`` (set here before): it pins glibc's mmap threshold at 128 KiB,
+    so every large buffer is a fresh mmap, and the memory bound holds without it
+    (tests/pipeline/test_memory.py).
+    """
     threads = str(tokenizer_threads)
     return {"RAYON_NUM_THREADS": threads, "RAYON_RS_NUM_CPUS": threads,
-            "TOKENIZERS_PARALLELISM": "true" if tokenizer_threads > 1 else "false",
-            "OMP_NUM_THREADS": "1", "MALLOC_TRIM_THRESHOLD_": "65536"}
+            "TOKENIZERS_PARALLELISM": "true", "OMP_NUM_THREADS": "1"}
 
 
 #: the default, one tokenizer thread per worker (kept for callers of the skeleton's name)
 WORKER_ENV = worker_env(1)
+
+#: Dask's housekeeping, slowed for a cluster whose every core tokenizes. At the defaults a
+#: worker's own threads (a 10 ms stack sampler, a 20 ms event-loop watchdog, 100-500 ms
+#: monitors) took ~7 % of its CPU beside a tokenizing task; at these, ~1 %. The dashboard
+#: keeps every page: profiles come from 10 samples/s, monitors refresh every second.
+QUIET_HOUSEKEEPING = {
+    "distributed.worker.profile.interval": "100ms",
+    "distributed.admin.tick.interval": "500ms",
+    "distributed.admin.system-monitor.interval": "1s",
+    "distributed.worker.memory.monitor-interval": "500ms",
+}
 
 
 @contextlib.contextmanager
@@ -42,10 +61,11 @@ def dask_client(n_workers: int, scheduler: str | None = None,
         return
     logging.getLogger("distributed").setLevel(logging.WARNING)
     start = max(adapt[0], 1) if adapt else n_workers
-    with LocalCluster(n_workers=start, threads_per_worker=1, processes=True,
-                      host="127.0.0.1", dashboard_address=dashboard_address,
-                      worker_dashboard_address=None, env=worker_env(tokenizer_threads),
-                      silence_logs=logging.WARNING) as cluster, Client(cluster) as client:
+    with dask.config.set(QUIET_HOUSEKEEPING), \
+            LocalCluster(n_workers=start, threads_per_worker=1, processes=True,
+                         host="127.0.0.1", dashboard_address=dashboard_address,
+                         worker_dashboard_address=None, env=worker_env(tokenizer_threads),
+                         silence_logs=logging.WARNING) as cluster, Client(cluster) as client:
         if adapt:
             cluster.adapt(minimum=adapt[0], maximum=adapt[1])
         yield client

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import psutil
 
+from pipeline.cluster import worker_env
+
 REPO = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-       "OMP_NUM_THREADS": "1", "MALLOC_TRIM_THRESHOLD_": "65536", "PYTHONPATH": str(REPO)}
+#: what the LocalCluster gives its workers, for separately started ones too
+ENV = {**os.environ, **worker_env(1), "PYTHONPATH": str(REPO)}
 
 
 def pipeline_cmd(*args: str) -> list[str]:
