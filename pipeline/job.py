@@ -156,12 +156,14 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
     keys = [p.key(salt) for p in parts]
     rkey = work.run_key(keys)
     scratch = work.work_store(store)
-    done1 = _markers(scratch, [work.done1_path(k) for k in keys])
+    # A phase-1 marker with rows but no shard entry is from an older version: redo it.
+    done1 = [d if d and (d.get("shard") or not d.get("rows")) else None
+             for d in _markers(scratch, [work.done1_path(k) for k in keys])]
     done2 = _markers(scratch, [work.done2_path(rkey, p.index) for p in parts])
     params = StageParams(cfg.read_options, cfg.cleaning, cfg.dedup == "exact", cfg.near_dup,
                          (cfg.minhash_perms, cfg.minhash_bands, cfg.shingle_words), tok.sha256,
-                         tok.vocab_size, tok.eos_id, cfg.encode_batch_docs, cfg.strict,
-                         cfg.storage_options)
+                         tok.vocab_size, tok.eos_id, cfg.encode_batch_docs,
+                         cfg.row_group_tokens, cfg.strict, cfg.storage_options)
     tag = uuid.uuid4().hex[:8]
     opts: dict[str, Any] = {"pure": False, "retries": cfg.retries}
 
@@ -183,9 +185,9 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
         picked = ([client.submit(shuffle.pick, store, rkey, drops[p.index],
                                  key=f"pick-{p.index:05d}-{tag}", **opts)]
                   if p.index in drops else [])
-        after = ones[p.index] if isinstance(ones[p.index], Future) else None
-        twos[p.index] = client.submit(_phase_two_after, after, p.index, keys[p.index], rkey,
-                                      store, cfg.row_group_tokens, tok.vocab_size, *picked,
+        # Phase 1's result (or its future: Dask passes the result) carries the shard to copy.
+        twos[p.index] = client.submit(phase_two, ones[p.index], rkey, store,
+                                      cfg.row_group_tokens, tok.vocab_size, *picked,
                                       key=f"phase2-{p.index:05d}-{tag}", **opts)
     _collect([f for f in (*ones.values(), *twos.values()) if isinstance(f, Future)],
              ones, twos, bar)
@@ -238,11 +240,6 @@ def _dedup(client: Client, cfg: PipelineConfig, store: ReplicaSet, parts: list[P
         bs = np.flatnonzero(per_drop[:, i])
         out[int(i)] = np.stack([bs, first[bs, i], first[bs, i] + per_drop[bs, i]], axis=1)
     return out
-
-
-def _phase_two_after(_after: Any, *args: Any) -> work.PhaseTwo:
-    """Phase 2, ordered after this partition's phase 1 even when dedup is off."""
-    return phase_two(*args)
 
 
 def run(cfg: PipelineConfig, log: TextIO | None = None, progress: bool = True) -> RunSummary:

@@ -1,9 +1,11 @@
 """The tasks Dask runs. Each returns small results; documents never travel to the driver.
 
 Phase 1, per partition: parse → clean → dedup keys → tokenize; rows and keys go to ``_work/``,
-rejects to ``quarantine/``. Dedup, across partitions, is ``pipeline.shuffle``: keys are split by
-hash into buckets, each bucket is resolved on its own, and each partition picks its condemned
-rows from every bucket. Phase 2, per partition: drop condemned rows → the final shard.
+rejects to ``quarantine/``. The rows are already the partition's finished shard, bytes and
+manifest entry, as if no duplicate were dropped. Dedup, across partitions, is
+``pipeline.shuffle``: keys are split by hash into buckets, each bucket is resolved on its own,
+and each partition picks its condemned rows from every bucket. Phase 2, per partition: a
+partition that lost no row has its shard copied into place; one that did is re-encoded.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import functools
 import io
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -52,6 +54,7 @@ class StageParams:
     vocab_size: int
     eos_id: int | None
     encode_batch_docs: int
+    row_group_tokens: int
     strict: bool
     # Credentials may be in here: never in a repr, so never in Dask's "Compute Failed" logs.
     storage_options: dict[str, Any] | None = field(default=None, repr=False)
@@ -137,39 +140,54 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams) -> w
 
     ln = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
     vals = np.concatenate(values) if values else np.zeros(0, np.int32)
-    table = shard_table(doc_ids, tokens.pack(ln, vals, tokens.token_dtype(p.vocab_size)))
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd", compression_level=1)
-    scratch.put(work.rows_path(key), sink.getvalue().to_pybytes())
+    shard = None
+    if doc_ids:
+        # Written as the final shard: most partitions lose no row to dedup, and theirs is
+        # then only copied into place by phase 2.
+        dtype = tokens.token_dtype(p.vocab_size)
+        data, shard = encode_table(shard_table(doc_ids, tokens.pack(ln, vals, dtype)), dtype,
+                                   p.row_group_tokens, shard_name(part.index))
+        scratch.put(work.rows_path(key), data)
     work.save_array(scratch, work.keys_path(key), entries(keys, positions, kinds))
     quarantine = (write_quarantine(store, quarantine_name(part.index), rejected)
                   if rejected else None)
     result = work.PhaseOne(
         index=part.index, key=key, docs_in=docs_in + len(rejected), rows=len(doc_ids),
         tokens=int(vals.size), dropped=dict(cleaner.dropped), changed=dict(cleaner.changed),
-        quarantined=dict(Counter(r["reason"] for r in rejected)), quarantine=quarantine)
+        quarantined=dict(Counter(r["reason"] for r in rejected)), quarantine=quarantine,
+        shard=shard)
     work.put_json(scratch, work.done1_path(key), work.marker(result))
     return result
 
 
-def phase_two(index: int, key: str, run_key: str, store: ReplicaSet, row_group_tokens: int,
+def phase_two(one: work.PhaseOne, run_key: str, store: ReplicaSet, row_group_tokens: int,
               vocab_size: int, *picked: np.ndarray) -> work.PhaseTwo:
+    """The partition's final shard: phase 1's, copied, or re-encoded without its duplicates.
+
+    Either way the bytes are what encoding the surviving rows gives, so they do not depend on
+    whether a partition lost rows in this run or in which order things happened.
+    """
+    index = one.index
     scratch = work.work_store(store)
-    table = pq.read_table(io.BytesIO(scratch.get(work.rows_path(key))))
     drops = drops_for(list(picked), index) if picked else np.zeros(0, dtype=DROP)
-    duplicates: dict[str, int] = {}
-    if len(drops):
-        keep = np.ones(table.num_rows, dtype=bool)
-        keep[drops["pos"]] = False
-        table = table.filter(pa.array(keep))
-        exact = int((drops["kind"] == KIND_EXACT).sum())
-        duplicates = {k: v for k, v in (("duplicate", exact),
-                                        ("near_duplicate", len(drops) - exact)) if v}
-    shard = None
-    if table.num_rows:
-        data, shard = encode_table(table, tokens.token_dtype(vocab_size), row_group_tokens,
-                                   shard_name(index))
-        store.put(shard_name(index), data)
+    shard, duplicates = None, {}
+    if one.shard is not None:
+        # Verified on the way: a damaged work file must not become a shard.
+        data = scratch.get(work.rows_path(one.key), sha256=one.shard.sha256)
+        if not len(drops):
+            shard = replace(one.shard, path=shard_name(index))
+        else:
+            table = pq.read_table(io.BytesIO(data))
+            keep = np.ones(table.num_rows, dtype=bool)
+            keep[drops["pos"]] = False
+            table = table.filter(pa.array(keep))
+            exact = int((drops["kind"] == KIND_EXACT).sum())
+            duplicates = {k: v for k, v in (("duplicate", exact),
+                                            ("near_duplicate", len(drops) - exact)) if v}
+            data, shard = (encode_table(table, tokens.token_dtype(vocab_size), row_group_tokens,
+                                        shard_name(index)) if table.num_rows else (b"", None))
+        if shard is not None:
+            store.put(shard.path, data)
     result = work.PhaseTwo(index, shard, duplicates)
     work.put_json(scratch, work.done2_path(run_key, index), work.marker(result))
     return result

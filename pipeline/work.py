@@ -37,14 +37,17 @@ class PhaseOne:
     changed: dict[str, int] = field(default_factory=dict)
     quarantined: dict[str, int] = field(default_factory=dict)
     quarantine: ObjectInfo | None = None
+    #: the rows in ``_work/`` as a finished shard (``None``: no rows)
+    shard: ShardInfo | None = None
     resumed: bool = False
     #: ``--strict`` only: the first bad record, which stops the run (nothing was written)
     error: str | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PhaseOne:
-        q = d.get("quarantine")
-        return cls(**{**d, "quarantine": ObjectInfo(**q) if q else None, "resumed": True})
+        q, s = d.get("quarantine"), d.get("shard")
+        return cls(**{**d, "quarantine": ObjectInfo(**q) if q else None,
+                      "shard": ShardInfo.from_dict(s) if s else None, "resumed": True})
 
 
 @dataclass

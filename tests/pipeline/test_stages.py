@@ -12,7 +12,7 @@ SECRET = "wJalrXUtnFEMI-not-a-real-key"
 def test_task_arguments_keep_storage_options_out_of_their_repr() -> None:
     options = {"key": "AKIDEXAMPLE", "secret": SECRET}
     params = StageParams(ReadOptions(), CleaningConfig(), True, False, (128, 16, 5), "0" * 64,
-                         50257, 50256, 1024, False, options)
+                         50257, 50256, 1024, 256 * 1024, False, options)
     hidden = HiddenOptions(options)
     for text in (repr(params), str(params), repr(hidden), repr((1, hidden, params))):
         assert SECRET not in text and "AKIDEXAMPLE" not in text
