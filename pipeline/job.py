@@ -22,9 +22,11 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 import numpy as np
 from distributed import Client, Future, as_completed
@@ -242,16 +244,30 @@ def _dedup(client: Client, cfg: PipelineConfig, store: ReplicaSet, parts: list[P
     return out
 
 
+T = TypeVar("T")
+
+
+def _in_background(fn: Callable[..., T], *args: Any) -> futures.Future[T]:
+    pool = ThreadPoolExecutor(1, thread_name_prefix="shardflow-driver")
+    try:
+        return pool.submit(fn, *args)
+    finally:
+        pool.shutdown(wait=False)
+
+
 def run(cfg: PipelineConfig, log: TextIO | None = None, progress: bool = True) -> RunSummary:
     start = time.perf_counter()
     log = log or sys.stderr
+    vocab = tokenizing.trained_vocab(cfg.tokenizer)
+    tokenizing.check(cfg.tokenizer)
+    # Loading the tokenizer (~0.4 s for GPT-2) overlaps listing the inputs and starting the
+    # cluster (~2 s); its errors surface below, where its result is needed.
+    loading = None if vocab else _in_background(tokenizing.load, cfg.tokenizer, cfg.eos_token)
     files = discover(cfg.inputs or default_corpus(), cfg.storage_options)
     total_bytes = sum(f.size for f in files)
     if not cfg.partition_bytes:  # resolved here, so the manifest records the size used
         cfg = replace(cfg, partition_bytes=auto_partition_bytes(total_bytes))
     parts = plan_partitions(files, cfg.partition_bytes)
-    vocab = tokenizing.trained_vocab(cfg.tokenizer)
-    tok = None if vocab else tokenizing.load(cfg.tokenizer, cfg.eos_token)
     store = cfg.output_store()
     # Un-commit any earlier dataset here first: while shards are rewritten, readers must not
     # see an old manifest pointing at new bytes.
@@ -265,9 +281,8 @@ def run(cfg: PipelineConfig, log: TextIO | None = None, progress: bool = True) -
         dashboard = client.dashboard_link
         n = len(client.scheduler_info(n_workers=-1).get("workers", {}))
         print(f"dask: {n} workers, dashboard {dashboard}", file=log)
-        if vocab:
-            tok = _train_tokenizer(client, cfg, parts, vocab)
-        assert tok is not None
+        tok = (_train_tokenizer(client, cfg, parts, vocab) if vocab or loading is None
+               else loading.result())
         print(f"tokenizer: {tok.name} (vocab {tok.vocab_size}, eos {tok.eos_token!r})", file=log)
         store.put(TOKENIZER, tok.json.encode("utf-8"))
         bar = ProgressBar(2 * len(parts), label="tasks", enabled=progress, stream=log)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from tokenizers import Tokenizer
+from tokenizers.implementations import BaseTokenizer
 
 GPT2_EOS = "<|endoftext|>"
 
@@ -57,8 +58,7 @@ def gpt2() -> TokenizerSpec:
     vocab, merges = _gpt2_files()
     bpe = ByteLevelBPETokenizer(vocab, merges, add_prefix_space=False)
     bpe.add_special_tokens([GPT2_EOS])
-    tok = Tokenizer.from_str(bpe.to_str())
-    return _spec("gpt2", tok, GPT2_EOS)
+    return _spec("gpt2", bpe, GPT2_EOS)  # no round trip through JSON: ~0.2 s per run
 
 
 #: end-of-document tokens by preference: true EOS tokens first, separators last
@@ -74,7 +74,7 @@ def _guess_eos(tok: Tokenizer) -> str | None:
     return None
 
 
-def _spec(name: str, tok: Tokenizer, eos: str | None) -> TokenizerSpec:
+def _spec(name: str, tok: Tokenizer | BaseTokenizer, eos: str | None) -> TokenizerSpec:
     eos_id = tok.token_to_id(eos) if eos else None
     return TokenizerSpec(name=name, json=tok.to_str(), eos_token=eos, eos_id=eos_id,
                          vocab_size=tok.get_vocab_size(with_added_tokens=True))
@@ -105,14 +105,19 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> TokenizerSpec:
                  GPT2_EOS)
 
 
+def check(spec: str) -> None:
+    """Fail fast on a ``--tokenizer`` that cannot be loaded, before any slower work starts."""
+    if spec != "gpt2" and trained_vocab(spec) is None and not os.path.exists(spec):
+        raise ValueError(f"--tokenizer {spec!r}: expected 'gpt2', 'train:VOCAB' or the path of "
+                         "a tokenizer.json")
+
+
 def load(spec: str, eos_token: str | None = None) -> TokenizerSpec:
     """``gpt2`` or a path to a ``tokenizer.json`` (``train:VOCAB`` is built by the job)."""
     if spec == "gpt2":
         tok_spec = gpt2()
         return tok_spec if eos_token is None else _override_eos(tok_spec, eos_token)
-    if not os.path.exists(spec):
-        raise ValueError(f"--tokenizer {spec!r}: expected 'gpt2', 'train:VOCAB' or the path of "
-                         "a tokenizer.json")
+    check(spec)
     try:
         tok = Tokenizer.from_file(spec)
     except Exception as exc:
