@@ -33,7 +33,8 @@ def run_child(args: list[str], threads: int) -> dict[str, Any]:
     """Run ``python <script> args`` with ``threads`` tokenizer threads; its last stdout line
     is a JSON object. A fresh process per measurement: rayon's pool is sized once per process.
     Parallelism is on even for one thread, for every method alike: the tokenizer's serial
-    path (``TOKENIZERS_PARALLELISM=false``) is 12-25 % slower than a one-thread pool."""
+    path (``TOKENIZERS_PARALLELISM=false``) costs ~8 % more CPU than a one-thread pool
+    (benchmarks/worker_overhead.py)."""
     env = {**os.environ, "RAYON_NUM_THREADS": str(threads), "OMP_NUM_THREADS": "1",
            "TOKENIZERS_PARALLELISM": "true", "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True,

@@ -19,8 +19,9 @@ from distributed import Client, LocalCluster
 def worker_env(tokenizer_threads: int) -> dict[str, str]:
     """A worker's environment: its tokenizer's thread pool sized, other pools at one thread.
 
-    Parallelism stays on even for one thread: ``encode_batch`` on a one-thread rayon pool ran
-    12-25 % faster than its serial path (``TOKENIZERS_PARALLELISM=false``) here, same ids.
+    Parallelism stays on even for one thread: the tokenizer's serial path
+    (``TOKENIZERS_PARALLELISM=false``) took ~8 % more CPU per token than a one-thread rayon
+    pool, same ids (benchmarks/worker_overhead.py).
     No ``MALLOC_TRIM_THRESHOLD_`` (set here before): it pins glibc's mmap threshold at 128 KiB,
     so every large buffer is a fresh mmap, and the memory bound holds without it
     (tests/pipeline/test_memory.py).
@@ -35,8 +36,9 @@ WORKER_ENV = worker_env(1)
 
 #: Dask's housekeeping, slowed for a cluster whose every core tokenizes. At the defaults a
 #: worker's own threads (a 10 ms stack sampler, a 20 ms event-loop watchdog, 100-500 ms
-#: monitors) took ~7 % of its CPU beside a tokenizing task; at these, ~1 %. The dashboard
-#: keeps every page: profiles come from 10 samples/s, monitors refresh every second.
+#: monitors) took 6.2 % more CPU beside a tokenizing task; at these, 1.1 %
+#: (benchmarks/worker_overhead.py). The dashboard keeps every page: profiles come from
+#: 10 samples/s, monitors refresh every second.
 QUIET_HOUSEKEEPING = {
     "distributed.worker.profile.interval": "100ms",
     "distributed.admin.tick.interval": "500ms",
