@@ -184,12 +184,12 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
         # Waits for every phase 1: duplicates are known only once every key is.
         drops = _dedup(client, cfg, store, parts, keys, rkey, ones, bar, tag, opts)
     for p in todo2:
-        picked = ([client.submit(shuffle.pick, store, rkey, drops[p.index],
-                                 key=f"pick-{p.index:05d}-{tag}", **opts)]
-                  if p.index in drops else [])
+        picked = (client.submit(shuffle.pick, store, rkey, drops[p.index],
+                                key=f"pick-{p.index:05d}-{tag}", **opts)
+                  if p.index in drops else None)
         # Phase 1's result (or its future: Dask passes the result) carries the shard to copy.
         twos[p.index] = client.submit(phase_two, ones[p.index], rkey, store,
-                                      cfg.row_group_tokens, tok.vocab_size, *picked,
+                                      cfg.row_group_tokens, tok.vocab_size, picked,
                                       key=f"phase2-{p.index:05d}-{tag}", **opts)
     _collect([f for f in (*ones.values(), *twos.values()) if isinstance(f, Future)],
              ones, twos, bar)
@@ -260,8 +260,8 @@ def run(cfg: PipelineConfig, log: TextIO | None = None, progress: bool = True) -
     log = log or sys.stderr
     vocab = tokenizing.trained_vocab(cfg.tokenizer)
     tokenizing.check(cfg.tokenizer)
-    # Loading the tokenizer (~0.4 s for GPT-2) overlaps listing the inputs and starting the
-    # cluster (~2 s); its errors surface below, where its result is needed.
+    # The tokenizer loads while the inputs are listed and the cluster starts; its errors
+    # surface below, where its result is needed (a missing path fails here, at once).
     loading = None if vocab else _in_background(tokenizing.load, cfg.tokenizer, cfg.eos_token)
     files = discover(cfg.inputs or default_corpus(), cfg.storage_options)
     total_bytes = sum(f.size for f in files)
@@ -281,8 +281,7 @@ def run(cfg: PipelineConfig, log: TextIO | None = None, progress: bool = True) -
         dashboard = client.dashboard_link
         n = len(client.scheduler_info(n_workers=-1).get("workers", {}))
         print(f"dask: {n} workers, dashboard {dashboard}", file=log)
-        tok = (_train_tokenizer(client, cfg, parts, vocab) if vocab or loading is None
-               else loading.result())
+        tok = loading.result() if loading else _train_tokenizer(client, cfg, parts, vocab)
         print(f"tokenizer: {tok.name} (vocab {tok.vocab_size}, eos {tok.eos_token!r})", file=log)
         store.put(TOKENIZER, tok.json.encode("utf-8"))
         bar = ProgressBar(2 * len(parts), label="tasks", enabled=progress, stream=log)

@@ -58,7 +58,7 @@ def gpt2() -> TokenizerSpec:
     vocab, merges = _gpt2_files()
     bpe = ByteLevelBPETokenizer(vocab, merges, add_prefix_space=False)
     bpe.add_special_tokens([GPT2_EOS])
-    return _spec("gpt2", bpe, GPT2_EOS)  # no round trip through JSON: ~0.2 s per run
+    return _spec("gpt2", bpe, GPT2_EOS)  # straight from the builder: no JSON round trip
 
 
 #: end-of-document tokens by preference: true EOS tokens first, separators last

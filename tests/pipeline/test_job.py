@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from tokenizers import Tokenizer
 
 from pipeline.cleaning import Cleaner
@@ -162,3 +163,21 @@ def test_near_dup_flag_removes_near_duplicates(tmp_path: Path) -> None:
     summary = run(_cfg([str(src)], tmp_path / "ds", near_dup=True), progress=False)
     assert summary.dropped == {"duplicate": 1, "near_duplicate": 1}
     assert [t for _, t in decoded(str(tmp_path / "ds"))] == [docs[0], docs[2]]
+
+
+def test_a_missing_tokenizer_fails_before_anything_is_touched(tiny_dataset: str,
+                                                              tmp_path: Path) -> None:
+    """A bad path is caught before the cluster starts and before an earlier dataset at the
+    output is un-committed; a file that is not a tokenizer fails from the background load."""
+    before = (Path(tiny_dataset) / "manifest.json").read_bytes()
+    with pytest.raises(ValueError, match="expected 'gpt2', 'train:VOCAB' or the path"):
+        run(_cfg([tiny_dataset + "/*.parquet"], Path(tiny_dataset),
+                 tokenizer=str(tmp_path / "missing.json")), progress=False)
+    assert (Path(tiny_dataset) / "manifest.json").read_bytes() == before
+    bad = tmp_path / "tokenizer.json"
+    bad.write_text("{not json")
+    text = tmp_path / "in.txt"
+    text.write_text("one document\n")
+    with pytest.raises(ValueError, match="not a valid tokenizer.json"):
+        run(_cfg([str(text)], tmp_path / "out", tokenizer=str(bad)), progress=False)
+    assert not (tmp_path / "out" / "manifest.json").exists()
