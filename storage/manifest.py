@@ -13,7 +13,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from storage.layout import MANIFEST, safe_relative
+from storage.fields import FieldError, Fields
+from storage.layout import MANIFEST, UnsafePathError, safe_relative
 from storage.urls import Location, resolve
 
 FORMAT = "shardflow.dataset/1"
@@ -25,6 +26,15 @@ class DatasetNotFoundError(FileNotFoundError):
 
 class ManifestError(ValueError):
     """A manifest that cannot be trusted: wrong format, unsafe paths, inconsistent counts."""
+
+
+def _path(f: Fields) -> str:
+    """A dataset-relative path field, refused when it would leave the dataset root."""
+    value = f.string("path")
+    try:
+        return safe_relative(value)
+    except UnsafePathError as exc:
+        raise UnsafePathError(f"{f.where}.path: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -42,9 +52,10 @@ class RowGroupInfo:
     sha256: str = ""
 
     @classmethod
-    def from_dict(cls, g: dict[str, Any]) -> RowGroupInfo:
-        return cls(int(g["rows"]), int(g["tokens"]), int(g.get("offset", 0)),
-                   int(g.get("length", 0)), str(g.get("sha256", "")))
+    def from_dict(cls, g: dict[str, Any] | Fields) -> RowGroupInfo:
+        f = g if isinstance(g, Fields) else Fields(g, "row_group")
+        return cls(f.integer("rows"), f.integer("tokens"), f.integer("offset", 0),
+                   f.integer("length", 0), f.hex_digest("sha256", ""))
 
 
 @dataclass(frozen=True)
@@ -56,8 +67,9 @@ class ObjectInfo:
     sha256: str
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ObjectInfo:
-        return cls(safe_relative(d["path"]), int(d["bytes"]), str(d["sha256"]))
+    def from_dict(cls, d: dict[str, Any] | Fields) -> ObjectInfo:
+        f = d if isinstance(d, Fields) else Fields(d, "object")
+        return cls(_path(f), f.integer("bytes"), f.hex_digest("sha256"))
 
 
 @dataclass(frozen=True)
@@ -72,16 +84,17 @@ class ShardInfo:
     footer_sha256: str = ""
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ShardInfo:
+    def from_dict(cls, d: dict[str, Any] | Fields) -> ShardInfo:
+        f = d if isinstance(d, Fields) else Fields(d, "shard")
         return cls(
-            path=safe_relative(d["path"]),
-            rows=int(d["rows"]),
-            tokens=int(d["tokens"]),
-            bytes=int(d["bytes"]),
-            sha256=str(d["sha256"]),
-            row_groups=tuple(RowGroupInfo.from_dict(g) for g in d["row_groups"]),
-            footer_length=int(d.get("footer_length", 0)),
-            footer_sha256=str(d.get("footer_sha256", "")),
+            path=_path(f),
+            rows=f.integer("rows"),
+            tokens=f.integer("tokens"),
+            bytes=f.integer("bytes"),
+            sha256=f.hex_digest("sha256"),
+            row_groups=tuple(RowGroupInfo.from_dict(g) for g in f.objects("row_groups")),
+            footer_length=f.integer("footer_length", 0),
+            footer_sha256=f.hex_digest("footer_sha256", ""),
         )
 
 
@@ -138,35 +151,49 @@ class Manifest:
         return json.dumps(asdict(self), sort_keys=True, indent=1) + "\n"
 
     @classmethod
-    def from_json(cls, text: str, source: str = MANIFEST) -> Manifest:
+    def from_json(cls, text: str | bytes, source: str = MANIFEST) -> Manifest:
+        """Parse and validate: every field's type, every path, every count.
+
+        Errors name ``source`` and the field (``shards[3].row_groups[0].tokens``); a path that
+        would leave the dataset root raises :class:`UnsafePathError` naming both as well.
+        """
         try:
             d = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ManifestError(f"{source}: not valid JSON ({exc})") from None
-        if d.get("format") != FORMAT:
-            raise ManifestError(f"{source}: format {d.get('format')!r}, expected {FORMAT!r}")
+        except UnicodeDecodeError as exc:
+            raise ManifestError(f"{source}: not UTF-8 text ({exc})") from None
         try:
-            tok = d["tokenizer"]
-            manifest = cls(
-                tokenizer=TokenizerInfo(
-                    name=str(tok["name"]), path=safe_relative(tok["path"]),
-                    sha256=str(tok["sha256"]), vocab_size=int(tok["vocab_size"]),
-                    eos_id=None if tok.get("eos_id") is None else int(tok["eos_id"]),
-                    eos_token=tok.get("eos_token"), bytes=int(tok.get("bytes", 0)),
-                ),
-                shards=tuple(ShardInfo.from_dict(s) for s in d["shards"]),
-                schema=dict(d["schema"]),
-                config=dict(d.get("config", {})),
-                stats=dict(d.get("stats", {})),
-                quarantine=tuple(ObjectInfo.from_dict(q) for q in d.get("quarantine", [])),
-            )
-        except (KeyError, TypeError) as exc:
-            raise ManifestError(f"{source}: missing or malformed field {exc}") from None
-        for shard in manifest.shards:
+            return cls._from_fields(Fields(d))
+        except FieldError as exc:
+            raise ManifestError(f"{source}: {exc}") from None
+        except UnsafePathError as exc:
+            raise UnsafePathError(f"{source}: {exc}") from None
+
+    @classmethod
+    def _from_fields(cls, f: Fields) -> Manifest:
+        fmt = f.value.get("format")
+        if fmt != FORMAT:
+            raise FieldError(f"format is {fmt!r}, expected {FORMAT!r}")
+        tok = f.child("tokenizer")
+        manifest = cls(
+            tokenizer=TokenizerInfo(
+                name=tok.string("name"), path=_path(tok), sha256=tok.hex_digest("sha256"),
+                vocab_size=tok.integer("vocab_size", minimum=1),
+                eos_id=tok.optional_integer("eos_id"), eos_token=tok.optional_string("eos_token"),
+                bytes=tok.integer("bytes", 0),
+            ),
+            shards=tuple(ShardInfo.from_dict(s) for s in f.objects("shards")),
+            schema=f.string_mapping("schema"),
+            config=f.mapping("config", {}),
+            stats=f.mapping("stats", {}),
+            quarantine=tuple(ObjectInfo.from_dict(q) for q in f.objects("quarantine", [])),
+        )
+        for i, shard in enumerate(manifest.shards):
             if sum(g.tokens for g in shard.row_groups) != shard.tokens:
-                raise ManifestError(f"{source}: {shard.path}: row-group tokens do not add up")
+                raise FieldError(f"shards[{i}] ({shard.path}): row-group tokens do not add up")
             if sum(g.rows for g in shard.row_groups) != shard.rows:
-                raise ManifestError(f"{source}: {shard.path}: row-group rows do not add up")
+                raise FieldError(f"shards[{i}] ({shard.path}): row-group rows do not add up")
         return manifest
 
 
@@ -179,7 +206,7 @@ def read_manifest(url: str | Location, storage_options: dict[str, Any] | None = 
     loc = url if isinstance(url, Location) else resolve(url, storage_options)
     path = loc.path(MANIFEST)
     try:
-        text = loc.fs.cat_file(path).decode("utf-8")
+        text = loc.fs.cat_file(path)
     except FileNotFoundError:
         raise DatasetNotFoundError(
             f"no dataset at {loc.url}: {MANIFEST} is missing (an unfinished or failed run "

@@ -2,6 +2,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from storage import (
     DatasetNotFoundError,
@@ -54,3 +56,94 @@ def test_inconsistent_counts_are_rejected(tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_text(json.dumps(d))
     with pytest.raises(ManifestError, match="do not add up"):
         read_manifest(str(tmp_path))
+
+
+@pytest.mark.parametrize(("mutate", "field"), [
+    (lambda d: [1, 2, 3], "top level must be an object"),
+    (lambda d: None, "top level must be an object"),
+    (lambda d: "manifest", "top level must be an object"),
+    (lambda d: {**d, "shards": None}, "shards must be a list, not null"),
+    (lambda d: {**d, "shards": [7]}, r"shards\[0\] must be an object"),
+    (lambda d: {**d, "tokenizer": []}, "tokenizer must be an object, not a list"),
+    (lambda d: {**d, "schema": {"input_ids": 3}}, "schema.input_ids must be a string"),
+    (lambda d: {**d, "stats": [1]}, "stats must be an object"),
+])
+def test_wrong_shapes_name_the_file_and_field(tmp_path: Path, mutate, field: str) -> None:
+    d = mutate(json.loads(_manifest().to_json()))
+    (tmp_path / "manifest.json").write_text(json.dumps(d))
+    with pytest.raises(ManifestError, match=field) as info:
+        read_manifest(str(tmp_path))
+    assert "manifest.json" in str(info.value)
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("rows", "3", r"shards\[0\]\.rows must be an integer, not a string"),
+    ("rows", True, r"shards\[0\]\.rows must be an integer, not a boolean"),
+    ("rows", -1, r"shards\[0\]\.rows must be >= 0"),
+    ("bytes", 1.5, r"shards\[0\]\.bytes must be an integer, not a number"),
+    ("sha256", "xyz", r"shards\[0\]\.sha256 must be 64 lower-case hex digits"),
+    ("row_groups", {"rows": 1}, r"shards\[0\]\.row_groups must be a list"),
+    ("path", 5, r"shards\[0\]\.path must be a string"),
+])
+def test_wrong_field_types_name_the_field(tmp_path: Path, key: str, value, message: str) -> None:
+    d = json.loads(_manifest().to_json())
+    d["shards"][0][key] = value
+    (tmp_path / "manifest.json").write_text(json.dumps(d))
+    with pytest.raises(ManifestError, match=message):
+        read_manifest(str(tmp_path))
+
+
+def test_row_group_field_errors_carry_the_full_path(tmp_path: Path) -> None:
+    d = json.loads(_manifest().to_json())
+    d["shards"][0]["row_groups"][1]["tokens"] = None
+    (tmp_path / "manifest.json").write_text(json.dumps(d))
+    with pytest.raises(ManifestError, match=r"shards\[0\]\.row_groups\[1\]\.tokens must be an "
+                                            r"integer, not null"):
+        read_manifest(str(tmp_path))
+
+
+def test_missing_field_is_named(tmp_path: Path) -> None:
+    d = json.loads(_manifest().to_json())
+    del d["tokenizer"]["vocab_size"]
+    (tmp_path / "manifest.json").write_text(json.dumps(d))
+    with pytest.raises(ManifestError, match=r"tokenizer\.vocab_size is missing"):
+        read_manifest(str(tmp_path))
+
+
+def test_unsafe_path_error_names_the_file_and_field(tmp_path: Path) -> None:
+    d = json.loads(_manifest().to_json())
+    d["shards"][0]["path"] = "../x.parquet"
+    (tmp_path / "manifest.json").write_text(json.dumps(d))
+    with pytest.raises(UnsafePathError, match=r"manifest.json: shards\[0\]\.path"):
+        read_manifest(str(tmp_path))
+
+
+def test_binary_garbage_is_a_manifest_error(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(ManifestError, match="manifest.json"):
+        read_manifest(str(tmp_path))
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+                     | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(where=st.sampled_from(["", "tokenizer", "shards", "row_groups", "schema", "quarantine"]),
+       key=st.sampled_from(["rows", "tokens", "path", "sha256", "bytes", "name", "vocab_size",
+                            "eos_id", "offset", "row_groups", "format", "input_ids"]),
+       value=_JSON)
+def test_any_mutation_is_accepted_or_refused_cleanly(where: str, key: str, value) -> None:
+    """Whatever a hostile writer puts in a field, parsing raises only ManifestError or
+    UnsafePathError (never AttributeError/TypeError/KeyError from inside the parser)."""
+    d = json.loads(_manifest().to_json())
+    target = {"": d, "tokenizer": d["tokenizer"], "shards": d["shards"][0],
+              "row_groups": d["shards"][0]["row_groups"][0], "schema": d["schema"],
+              "quarantine": d}[where]
+    target[key] = value
+    try:
+        Manifest.from_json(json.dumps(d))
+    except (ManifestError, UnsafePathError) as exc:
+        assert "manifest.json" in str(exc)
