@@ -16,7 +16,8 @@ marker (rather than writing ``step-N.tmp`` and renaming) works the same on objec
 a rename is a copy.
 
 Loading never unpickles arbitrary objects: DCP's ``.metadata`` (a pickle) is read with an
-unpickler that admits only DCP's own metadata classes and a few torch value types, non-tensor
+unpickler that admits an exact list of DCP's own metadata classes and a few torch value types
+(:mod:`trainer.safe_metadata`), non-tensor
 values in the DCP payload go through ``torch.load(weights_only=True)``, and everything else is
 JSON.
 """
@@ -27,7 +28,6 @@ import base64
 import contextlib
 import io
 import json
-import pickle
 import random
 import re
 from concurrent.futures import Future
@@ -44,6 +44,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 from storage import Location, resolve
 from storage.urls import S3_DEFAULTS, s3_options_from_env
+from trainer.safe_metadata import UnsafeCheckpointError, load_metadata
 
 FORMAT_VERSION = 1
 COMPLETE = "COMPLETE"
@@ -61,29 +62,8 @@ def step_dir_name(step: int) -> str:
 
 # -- safe loading --------------------------------------------------------------------------
 
-_DCP_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem",
-                "torch.distributed.checkpoint.planner")
-_SAFE_GLOBALS = {("torch", "Size"), ("torch.serialization", "_get_layout"),
-                 ("collections", "OrderedDict"), ("pathlib", "PosixPath"),
-                 ("pathlib", "PurePosixPath"), ("pathlib", "WindowsPath"),
-                 ("pathlib", "PureWindowsPath"), ("builtins", "set"), ("builtins", "frozenset")}
-
-
-class _MetadataUnpickler(pickle.Unpickler):
-    """Admits DCP's metadata dataclasses, torch sizes, dtypes and layouts; nothing else (no
-    ``os.system``, no arbitrary constructors)."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        allowed = (module in _DCP_MODULES or (module, name) in _SAFE_GLOBALS
-                   or (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)))
-        if not allowed:
-            raise pickle.UnpicklingError(f"checkpoint metadata refers to {module}.{name}, "
-                                         f"which a checkpoint never needs; refusing to load it")
-        return super().find_class(module, name)
-
-
 class _SafeMetadataMixin:
-    """``read_metadata`` of DCP's file-system readers with :class:`_MetadataUnpickler`."""
+    """``read_metadata`` of DCP's file-system readers through :func:`load_metadata`."""
 
     fs: Any
     load_id: Any
@@ -93,7 +73,7 @@ class _SafeMetadataMixin:
 
         path = self._get_metadata_path(kwargs.get("rank"))  # type: ignore[attr-defined]
         with self.fs.create_stream(path, "rb") as f:
-            metadata = _MetadataUnpickler(io.BytesIO(f.read())).load()
+            metadata = load_metadata(f.read(), str(path))
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id
@@ -376,9 +356,11 @@ def load_checkpoint(url: str, model: nn.Module, optimizer: torch.optim.Optimizer
                               f"expected {FORMAT_VERSION}")
     try:  # DCP reads it again (safely too), but would bury this error in a collective's
         with loc.fs.open(loc.path(".metadata"), "rb") as f:
-            _MetadataUnpickler(io.BytesIO(f.read())).load()
-    except (pickle.UnpicklingError, EOFError, AttributeError) as exc:
-        raise CheckpointError(f"{url}: unreadable DCP metadata: {exc}") from None
+            load_metadata(f.read(), loc.child_url(".metadata"))
+    except UnsafeCheckpointError as exc:
+        raise CheckpointError(str(exc)) from None
+    except FileNotFoundError:
+        raise CheckpointError(f"{url}: no DCP .metadata file") from None
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state_dict = {"model": model_sd, "optim": optim_sd}
     dcp.load(state_dict,
