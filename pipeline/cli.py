@@ -23,6 +23,7 @@ from pipeline.config import (
     load_config_file,
 )
 from pipeline.records import InputError, StrictModeError
+from pipeline.worker_setup import WorkerImportError
 from storage import DatasetNotFoundError, ManifestError, QuorumError, ReplicaError, redact
 from storage.cli import add_replica_arguments, replica_spec, store_from_args
 
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --strict: {exc}", file=sys.stderr)
         return 3
     except (DatasetNotFoundError, ManifestError, QuorumError, ReplicaError, InputError,
-            ValueError, OSError) as exc:
+            WorkerImportError, ValueError, OSError) as exc:
         opts = redact(getattr(args, "storage_options", None))
         hint = f" (storage options: {opts})" if opts else ""
         print(f"error: {exc}{hint}", file=sys.stderr)

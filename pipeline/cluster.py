@@ -15,6 +15,8 @@ from collections.abc import Iterator
 import dask
 from distributed import Client, LocalCluster
 
+from pipeline.worker_setup import ImportGuard
+
 
 def worker_env(tokenizer_threads: int) -> dict[str, str]:
     """A worker's environment: its tokenizer's thread pool sized, other pools at one thread.
@@ -56,9 +58,12 @@ def dask_client(n_workers: int, scheduler: str | None = None,
     The LocalCluster binds the scheduler, the workers and the dashboard to 127.0.0.1: a
     dashboard shows file names and code, so it is not for the whole network unless asked.
     With ``adapt=(lo, hi)`` it starts ``max(lo, 1)`` workers and lets Dask scale in between.
+    Every worker, also one that joins later, runs :class:`ImportGuard` before its first task;
+    one that cannot import Shardflow raises ``WorkerImportError`` here.
     """
     if scheduler:
         with Client(scheduler) as client:
+            client.register_plugin(ImportGuard())
             yield client
         return
     logging.getLogger("distributed").setLevel(logging.WARNING)
@@ -68,6 +73,7 @@ def dask_client(n_workers: int, scheduler: str | None = None,
                          host="127.0.0.1", dashboard_address=dashboard_address,
                          worker_dashboard_address=None, env=worker_env(tokenizer_threads),
                          silence_logs=logging.WARNING) as cluster, Client(cluster) as client:
+        client.register_plugin(ImportGuard())  # before any task: see pipeline.worker_setup
         if adapt:
             cluster.adapt(minimum=adapt[0], maximum=adapt[1])
         yield client
