@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.records import InputError
-from storage import resolve
+from storage import display_url, resolve
 
 #: format by suffix (after any compression suffix is removed)
 FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".txt": "txt",
@@ -81,16 +81,26 @@ def _version(info: dict[str, Any]) -> str:
 
 
 def _matches(loc: Any, spec: str) -> dict[str, dict[str, Any]]:
-    """``{path: info}`` of what ``spec`` names: one listing per glob, one stat per path."""
-    if any(c in spec for c in "*?["):
-        found = loc.fs.glob(loc.root, detail=True)
-        if not found:
-            raise InputError(f"{spec}: no input files match")
-        return found
+    """``{path: info}`` of what ``spec`` names: one listing per glob, one stat per path.
+
+    Any failure to list or stat (an unreachable endpoint, refused credentials) is one
+    :class:`InputError` line naming the input, not the object-store client's traceback.
+    """
     try:
+        if any(c in spec for c in "*?["):
+            found = loc.fs.glob(loc.root, detail=True)
+            if not found:
+                raise InputError(f"{display_url(spec)}: no input files match")
+            return found
         return {loc.root: loc.fs.info(loc.root)}
+    except InputError:
+        raise
     except FileNotFoundError:
-        raise InputError(f"{spec}: no such file") from None
+        raise InputError(f"{display_url(spec)}: no such file") from None
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise InputError(f"{display_url(spec)}: cannot list the input "
+                         f"({type(exc).__name__}: {first})"[:400]) from None
 
 
 def discover(inputs: list[str],
@@ -102,7 +112,10 @@ def discover(inputs: list[str],
     """
     found: dict[str, tuple[Any, str, dict[str, Any]]] = {}
     for spec in inputs:
-        loc = resolve(spec, storage_options)
+        try:
+            loc = resolve(spec, storage_options)
+        except (ImportError, ValueError) as exc:  # unknown protocol, malformed URL
+            raise InputError(f"{display_url(spec)}: {exc}") from None
         for match, info in _matches(loc, spec).items():
             if info.get("type") == "directory":
                 raise InputError(f"{spec}: {match} is a directory; "
