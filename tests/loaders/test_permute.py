@@ -1,0 +1,54 @@
+"""The keyed random-access permutation: a bijection, invertible, keyed, well mixed."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loaders.permute import Feistel, hash32
+
+keys = st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=3)
+
+
+@settings(max_examples=300)
+@given(st.integers(0, 5000), keys)
+def test_feistel_is_a_bijection_with_its_inverse(n: int, key: list[int]) -> None:
+    f = Feistel(n, key)
+    image = f(np.arange(n))
+    assert sorted(image.tolist()) == list(range(n))  # brute force: every index once
+    assert f.inverse(image).tolist() == list(range(n))
+    assert f.inverse(np.arange(n))[image].tolist() == list(range(n)) if n else True
+
+
+@given(st.integers(2, 3000), keys, st.data())
+def test_random_access_agrees_with_the_whole_array(n: int, key: list[int], data) -> None:
+    f = Feistel(n, key)
+    whole = f(np.arange(n))
+    picks = data.draw(st.lists(st.integers(0, n - 1), max_size=20))
+    assert f(np.array(picks, dtype=np.int64)).tolist() == whole[picks].tolist()
+    assert all(int(f(i)) == whole[i] for i in picks[:5])
+
+
+def test_keys_give_different_permutations_and_mix_well() -> None:
+    n = 10_000
+    a, b = Feistel(n, (1, 0))(np.arange(n)), Feistel(n, (1, 1))(np.arange(n))
+    assert not np.array_equal(a, b)
+    assert abs(np.corrcoef(np.arange(n), a)[0, 1]) < 0.05  # no trace of the identity
+    assert (a == np.arange(n)).sum() < 10  # about one fixed point expected
+    # Neighbours in the input land far apart (a permutation of blocks, not a rotation).
+    assert np.median(np.abs(np.diff(a))) > n / 10
+
+
+def test_out_of_range_is_refused() -> None:
+    import pytest
+
+    with pytest.raises(IndexError):
+        Feistel(10, (1,))(np.array([10]))
+
+
+def test_hash32_is_keyed_and_32_bit() -> None:
+    x = np.arange(1000)
+    h = hash32(x, (1, 2))
+    assert h.max() < 2**32 and len(set(h.tolist())) == 1000
+    assert not np.array_equal(h, hash32(x, (1, 3)))
