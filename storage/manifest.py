@@ -214,11 +214,28 @@ def read_manifest(url: str | Location, storage_options: dict[str, Any] | None = 
     return Manifest.from_json(text, source=loc.child_url(MANIFEST))
 
 
+def process_umask() -> int:
+    """The process umask, read without changing it (``os.umask`` can only set it, which would
+    race with other threads creating files); falls back to set-and-restore elsewhere."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(loc: Location, relative: str, data: bytes) -> None:
     """Write one object so that readers see either nothing or all of it.
 
     An object-store PUT is atomic by itself; on a local or network filesystem we write a
-    temporary file next to the target and rename it over, which POSIX makes atomic.
+    temporary file next to the target and rename it over, which POSIX makes atomic. The file
+    gets the mode a plain ``open`` would give (0666 less the umask: 0644 under the usual 022),
+    so a training job running as another user on a shared filesystem can read the dataset.
     """
     path = loc.path(relative)
     if loc.is_local:
@@ -226,6 +243,7 @@ def write_atomic(loc: Location, relative: str, data: bytes) -> None:
         os.makedirs(directory, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".part")
         try:
+            os.fchmod(fd, 0o666 & ~process_umask())  # mkstemp's 0600 would lock others out
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
                 fh.flush()
