@@ -8,6 +8,9 @@ trained byte-level BPE ``<|endoftext|>``, Llama 3 ``<|end_of_text|>``, Llama 2 /
 ``</s>``, BERT WordPiece ``[SEP]`` (its document separator; BERT has no EOS). No template
 (BOS, ``[CLS]``) is added per document: the loader concatenates documents, and one separator
 between them is what a language model needs to see.
+
+Encoding goes through ``fast_bpe``'s exact fast path where it applies (GPT-2 and other
+byte-level BPE vocabularies), HF ``tokenizers`` otherwise; both give the same ids.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 from tokenizers import Tokenizer
 from tokenizers.implementations import BaseTokenizer
+
+from pipeline import fast_bpe
 
 GPT2_EOS = "<|endoftext|>"
 
@@ -139,6 +144,28 @@ def _from_json(json_str: str) -> Tokenizer:
     return Tokenizer.from_str(json_str)
 
 
+@functools.lru_cache(maxsize=4)
+def _fast(json_str: str) -> fast_bpe.FastBPE | None:
+    """The exact fast encoder for this tokenizer, checked once per process (``fast_bpe``)."""
+    return fast_bpe.checked(json_str, _from_json(json_str))
+
+
+def engine(spec_json: str) -> str:
+    """Which library ``encode_flat`` uses for this tokenizer here: ``fastokens`` or ``hf``."""
+    fast = None if fast_bpe.forced_hf() else _fast(spec_json)
+    return fast.name if fast is not None else "hf"
+
+
+def _encode_hf(spec_json: str, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    tok = _from_json(spec_json)
+    fast = getattr(tok, "encode_batch_fast", tok.encode_batch)
+    ids = [enc.ids for enc in fast(texts, add_special_tokens=False)]
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    values = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32,
+                         count=int(lengths.sum()))
+    return lengths, values
+
+
 def encode_flat(spec_json: str, eos_id: int | None,
                 texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """``(lengths, values)``: all documents' ids in one int32 array, EOS after each.
@@ -147,14 +174,22 @@ def encode_flat(spec_json: str, eos_id: int | None,
     minimum; the shard's token column is built from it without copying per row.
     ``add_special_tokens=False`` keeps tokenizers that add BOS/CLS/SEP templates from wrapping
     each document; the dataset's own document separator is the EOS appended here.
+
+    Byte-level BPE tokenizers that ``fast_bpe`` reproduces exactly are encoded by it, the rest
+    (and any batch it raises on) by HF ``tokenizers``: the ids are the same either way.
     """
-    tok = _from_json(spec_json)
-    fast = getattr(tok, "encode_batch_fast", tok.encode_batch)
-    ids = [enc.ids for enc in fast(texts, add_special_tokens=False)]
-    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-    values = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32,
-                         count=int(lengths.sum()))
-    if eos_id is not None and len(ids):
+    fast = None if fast_bpe.forced_hf() else _fast(spec_json)
+    lengths = values = None
+    if fast is not None:
+        try:
+            lengths, values = fast.encode_flat(texts)
+        except Exception:  # noqa: BLE001 - HF encodes it again: its ids, or its error
+            lengths = None
+    if lengths is None or values is None:
+        lengths, values = _encode_hf(spec_json, texts)
+    if eos_id is not None and len(lengths):
         values = np.insert(values, np.cumsum(lengths), np.int32(eos_id))
         lengths = lengths + 1
+    else:
+        values = values.copy() if not values.flags.writeable else values
     return lengths, values
