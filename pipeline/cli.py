@@ -86,6 +86,19 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("url", help="dataset URL")
     add_replica_arguments(inspect)
     inspect.add_argument("--json", action="store_true", help="print the whole manifest as JSON")
+
+    export = sub.add_parser(
+        "export", help="rewrite a dataset for pandas, DuckDB, Polars or HF datasets",
+        description="Stream the dataset's current version, shard by shard (checksums "
+                    "verified), into OUTPUT as Parquet with input_ids as list<int32> "
+                    "(parquet-list), JSON lines (jsonl), or a Hub-ready folder of such Parquet "
+                    "files plus a dataset card (hf: datasets.load_dataset(OUTPUT)).")
+    export.add_argument("url", help="dataset URL")
+    export.add_argument("output", help="where to write (a local directory or any fsspec URL)")
+    export.add_argument("--format", choices=("parquet-list", "jsonl", "hf"),
+                        default="parquet-list", help="output layout (default: parquet-list)")
+    add_replica_arguments(export)
+    export.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
 
 
@@ -146,6 +159,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "inspect":
             return _inspect(args)
+        if args.command == "export":
+            from pipeline.export import export
+
+            store = store_from_args(args, args.url)
+            print(export(store, args.output, args.format, args.storage_options,
+                         progress=not args.no_progress).render())
+            return 0
         from pipeline.job import run  # imported late: `inspect` should not pay for Dask
 
         cfg = config_from_args(args)
