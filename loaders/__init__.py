@@ -2,7 +2,11 @@
 
 from loaders.dataloader import LoaderStateError, ShardflowLoader, build_dataloader
 from loaders.dataset import TokenDataset
-from loaders.mixture import MixtureDataset, build_mixture_loader
+from loaders.mixture import MixtureSource, build_mixture_loader
+from loaders.plan import Layout, PlanParams, Progress
+from loaders.settings import LoaderSettings, ReadSettings
+from loaders.source import DatasetSource, Source
 
-__all__ = ["LoaderStateError", "MixtureDataset", "ShardflowLoader", "TokenDataset",
+__all__ = ["DatasetSource", "Layout", "LoaderSettings", "LoaderStateError", "MixtureSource",
+           "PlanParams", "Progress", "ReadSettings", "ShardflowLoader", "Source", "TokenDataset",
            "build_dataloader", "build_mixture_loader"]

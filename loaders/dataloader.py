@@ -1,23 +1,26 @@
-"""``build_dataloader``: batches for this rank, with exact resume.
+"""``build_dataloader``: this rank's batches of the plan, with exact and elastic resume.
+
+The plan (:mod:`loaders.plan`) fixes every *global* batch for a global batch size: the same
+set of samples, in the same order, on any world size and any ``num_workers`` that divide it.
+This rank's batch is its lanes' part of the global batch; with gradient accumulation
+(``global_batch_size`` > ``batch_size x world_size``), consecutive batches split that part.
 
 Two ways to run, same batches in the same order:
 
 - ``num_workers=0`` (default): row groups are fetched, verified and decoded ahead by a small
-  I/O thread pool (reading and decompressing release the GIL); each batch is cut from them
-  (~40 us of slicing and one int64 conversion) on the caller's thread when it asks. No batch
-  crosses a process or thread boundary: for a caller that only iterates, a hand-off costs
-  more than building the batch (loader_throughput ``shardflow_local_bt``: 1.18x the CPU
-  per token, 0.79x the rate).
-  ``batch_thread=True``, which the trainer uses, also builds up to ``prefetch_factor``
-  batches ahead on a background thread while the caller is busy (a training step), and the
-  caller still builds the next one itself when none is ready: data wait at one GPU's rate
-  ~0.5-1 % instead of ~1.6 %.
-- ``num_workers>0``: a ``torch.utils.data.DataLoader`` over :class:`TokenDataset`, for
-  per-sample work heavy enough to need other processes.
+  I/O thread pool (reading and decompressing release the GIL); each batch is cut from them on
+  the caller's thread when it asks. ``batch_thread=True``, which the trainer uses, also
+  builds up to ``prefetch_factor`` batches ahead on a background thread while the caller is
+  busy, and the caller still builds the next one itself when none is ready.
+- ``num_workers>0``: a ``torch.utils.data.DataLoader`` whose workers each own a contiguous
+  run of the rank's lanes: each produces its lanes' part of every batch, reading and
+  decoding only its own row groups (bar a block cut by a lane boundary), and the main
+  process concatenates the parts in worker order, which is the batch's order. At most one
+  worker per lane (more are not started).
 
-``state_dict()`` is a handful of integers (epoch, progress segments, plan parameters) and
-``load_state_dict()`` continues the exact sequence, also on another ``num_workers`` or world
-size (see :mod:`loaders.plan`).
+``state_dict()`` is the :class:`loaders.plan.Progress` value plus the plan's identity (a
+handful of integers); ``load_state_dict()`` continues the exact sequence, also on another
+``num_workers``, world size or per-rank batch size (at a global batch boundary).
 """
 
 from __future__ import annotations
@@ -30,149 +33,170 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
+from torch.distributed.checkpoint.stateful import Stateful
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from loaders.dataset import TokenDataset
-from loaders.packing import position_ids
-from loaders.state import STATE_VERSION, LoaderStateError, check_state, plan_params
+from loaders import plan
+from loaders.batches import BatchFormat, batches, concat
+from loaders.dataset import dist_rank_world, make_layout, open_source
+from loaders.plan import Layout, Progress
+from loaders.settings import LoaderSettings
+from loaders.source import Source
+from loaders.state import STATE_VERSION, LoaderStateError, check_state, make_state
 
 __all__ = ["STATE_VERSION", "LoaderStateError", "ShardflowLoader", "build_dataloader"]
 
 
-class ShardflowLoader:
+class _WorkerParts(IterableDataset):
+    """In DataLoader worker ``w``: its lanes' part of each of the rank's batches, in order."""
+
+    def __init__(self, source: Source, layout: Layout, progress: Progress, fmt: BatchFormat,
+                 num_workers: int) -> None:
+        super().__init__()
+        self.source, self.layout, self.progress = source, layout, progress
+        self.format, self.num_workers = fmt, num_workers
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        info = get_worker_info()
+        worker = info.id if info else 0
+        layout, progress = self.layout, self.progress
+        lanes = layout.lanes_per_rank
+        m = self.source.lane_length(layout.lanes)
+        lo, _hi = layout.rank_lanes()
+        wlo, whi = plan.worker_lanes(lanes, self.num_workers)[worker]
+        block = np.zeros((lanes, m), dtype=np.int64)  # only this worker's lanes are read
+        block[wlo:whi] = self.source.lane_samples(progress.epoch, layout.lanes, lo + wlo,
+                                                  lo + whi)
+        positions, counts = plan.worker_parts(lanes, m, layout, progress, worker,
+                                              self.num_workers)
+        mine = plan.sequence(block, layout, progress)[positions]
+        return batches(self.format, mine, self.source.windows(mine), counts.tolist())
+
+
+class ShardflowLoader(Stateful):
     """Iterates the batches of one epoch for this rank; ``set_epoch`` moves to the next."""
 
-    def __init__(self, dataset: TokenDataset, batch_size: int, num_workers: int,
-                 pin_memory: bool, prefetch_factor: int, batch_thread: bool = False) -> None:
-        self.dataset = dataset
-        self.batch_thread = batch_thread
-        self.batch_size = batch_size
-        self.num_workers = num_workers
+    def __init__(self, source: Source, layout: Layout, *, num_workers: int = 0,
+                 pin_memory: bool = False, prefetch_factor: int = 4,
+                 batch_thread: bool = False, return_sample_id: bool = False,
+                 return_position_ids: bool = False) -> None:
+        if num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        self.source = source
+        self.layout = layout
+        self.format = BatchFormat(source.seq_len, source.eos_id, return_sample_id,
+                                  return_position_ids)
+        if return_position_ids and source.eos_id is None:
+            raise ValueError("position_ids need the tokenizer's EOS id; the manifest has none")
+        #: worker processes actually started: one per lane at most
+        self.num_workers = min(num_workers, layout.lanes_per_rank)
         self.pin_memory = pin_memory
         self.prefetch_factor = max(1, prefetch_factor)
-        self._steps = 0  # batches handed out in this epoch by the current (world, batch) run
+        self.batch_thread = batch_thread
+        self.progress = Progress()
+        self._lane_len = source.lane_length(layout.lanes)
         self._batches_total = 0
         self._wait_s = 0.0
         self._started = time.perf_counter()
-        self._loader = None
-        if num_workers > 0:
-            self._loader = DataLoader(
-                dataset, batch_size=batch_size, num_workers=num_workers, pin_memory=pin_memory,
-                prefetch_factor=self.prefetch_factor, persistent_workers=False, drop_last=False)
+
+    @property
+    def batch_size(self) -> int:
+        return self.layout.batch
+
+    @property
+    def dataset(self) -> Source:
+        """The source (the attribute's old name, kept for existing callers)."""
+        return self.source
 
     # -- epochs and length -------------------------------------------------------------
 
     @property
     def epoch(self) -> int:
-        return self.dataset.epoch
+        return self.progress.epoch
 
     def set_epoch(self, epoch: int) -> None:
-        if epoch != self.dataset.epoch:
-            self._steps = 0
-        self.dataset.set_epoch(epoch)
+        self.progress = self.progress.at_epoch(epoch)
 
     def __len__(self) -> int:
         """Batches in a whole epoch on this rank; equal on every rank."""
-        return -(-len(self.dataset) // self.batch_size)
+        return plan.rank_batches(self._lane_len, self.layout, Progress(self.epoch))
 
     def remaining(self) -> int:
         """Batches still to come in the current epoch on this rank."""
-        return -(-len(self._current_samples()) // self.batch_size)
+        return plan.rank_batches(self._lane_len, self.layout, self.progress)
 
-    # -- state -------------------------------------------------------------------------
+    # -- state (torch.distributed.checkpoint Stateful) ---------------------------------
 
-    def _run_key(self) -> tuple[int, int]:
-        return (self.dataset.world_size, self.batch_size)
+    def plan_identity(self) -> dict[str, Any]:
+        return {**self.source.plan_identity(), "lanes": self.layout.lanes}
 
     def state_dict(self) -> dict[str, Any]:
         """Where this loader is: small, JSON-serialisable, the same on every rank."""
-        ds = self.dataset
-        segments = [list(s) for s in ds.segments]
-        if self._steps:
-            segments.append([*self._run_key(), self._steps])
-        return {"version": STATE_VERSION, "epoch": ds.epoch, "segments": segments,
-                "plan": plan_params(ds)}
+        return make_state(self.progress, self.plan_identity())
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        check_state(state, self.dataset)
-        segments = [tuple(int(x) for x in s) for s in state["segments"]]
-        self.dataset.epoch = int(state["epoch"])
-        self._steps = 0
-        if segments and segments[-1][:2] == self._run_key():
-            *segments, (_, _, self._steps) = segments
-        self.dataset.segments = [tuple(s) for s in segments]  # type: ignore[misc]
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        progress = check_state(state_dict, self.plan_identity())
+        here = (self.layout.world_size, self.layout.batch)
+        if progress.into_step and progress.mid_step_layout != here:
+            raise LoaderStateError(
+                f"the state is {progress.into_step} samples into a global batch under (world "
+                f"size, batch size) {progress.mid_step_layout}, not {here}: resume on another "
+                "layout from a state taken at a global batch boundary")
+        self.progress = progress
 
     # -- iteration ---------------------------------------------------------------------
 
-    def _current_samples(self) -> np.ndarray:
-        ds = self.dataset
-        saved = ds.segments
-        try:
-            if self._steps:
-                ds.segments = [*saved, (*self._run_key(), self._steps)]
-            return ds.rank_order()
-        finally:
-            ds.segments = saved
+    def samples(self) -> np.ndarray:
+        """This rank's samples still to come in the current epoch, in order."""
+        lo, hi = self.layout.rank_lanes()
+        block = self.source.lane_samples(self.epoch, self.layout.lanes, lo, hi)
+        return plan.sequence(block, self.layout, self.progress)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        if self._steps and self.remaining() == 0:
-            self._steps = 0  # iterating a finished epoch again starts it over, like torch
-        if self._loader is None:
-            build = self._threaded_batches if self.batch_thread else self._batches
-            return self._count(build(self._current_samples()))
-        ds = self.dataset
-        saved = ds.segments
-        # Worker processes copy the dataset when the DataLoader iterator starts them: fold the
-        # finished part of the epoch into the segments they see, then restore ours.
-        if self._steps:
-            ds.segments = [*saved, (*self._run_key(), self._steps)]
-        try:
-            return self._count(iter(self._loader))
-        finally:
-            ds.segments = saved
+        if self.progress.lane_pos and self.remaining() == 0:
+            self.progress = Progress(self.epoch)  # a finished epoch again starts it over
+        if self.num_workers == 0:
+            samples = self.samples()
+            sizes = [len(c) for c in plan.batches_of(samples, self.batch_size)]
+            build = batches(self.format, samples, self.source.windows(samples), sizes)
+            if self.batch_thread:
+                build = self._threaded(build)
+            return self._count(build)
+        parts = _WorkerParts(self.source, self.layout, self.progress, self.format,
+                             self.num_workers)
+        loader = DataLoader(parts, batch_size=None, num_workers=self.num_workers,
+                            pin_memory=self.pin_memory, prefetch_factor=self.prefetch_factor,
+                            persistent_workers=False)
+        return self._count(self._assemble(iter(loader), self.remaining()))
+
+    def _assemble(self, parts: Iterator[dict[str, torch.Tensor]], n_batches: int
+                  ) -> Iterator[dict[str, torch.Tensor]]:
+        """Batches from the workers' parts: the DataLoader hands them round-robin."""
+        for _ in range(n_batches):
+            yield concat([next(parts) for _ in range(self.num_workers)])
 
     def _count(self, source: Iterator[dict[str, torch.Tensor]]
                ) -> Iterator[dict[str, torch.Tensor]]:
-        while True:
-            t0 = time.perf_counter()
-            try:
-                batch = next(source)
-            except StopIteration:
-                return
-            self._wait_s += time.perf_counter() - t0
-            self._steps += 1
-            self._batches_total += 1
-            yield batch
-
-    def _make_batch(self, samples: np.ndarray, windows: list[np.ndarray]
-                    ) -> dict[str, torch.Tensor]:
-        n, length = len(windows), self.dataset.seq_len
-        inputs = np.empty((n, length), dtype=np.int64)
-        labels = np.empty((n, length), dtype=np.int64)
-        for i, w in enumerate(windows):
-            inputs[i] = w[:-1]
-            labels[i] = w[1:]
-        batch = {"input_ids": torch.from_numpy(inputs), "labels": torch.from_numpy(labels)}
-        if self.dataset.return_position_ids:
-            batch["position_ids"] = torch.from_numpy(position_ids(inputs, self.dataset.eos_id))
-        if self.dataset.return_sample_id:
-            batch["sample_id"] = torch.from_numpy(samples.astype(np.int64))
-        if self.pin_memory:
-            batch = {k: v.pin_memory() for k, v in batch.items()}
-        return batch
-
-    def _batches(self, samples: np.ndarray) -> Iterator[dict[str, torch.Tensor]]:
-        windows = iter(self.dataset.windows(samples))
         try:
-            for lo in range(0, len(samples), self.batch_size):
-                chunk = samples[lo:lo + self.batch_size]
-                yield self._make_batch(chunk, [next(windows) for _ in range(len(chunk))])
+            while True:
+                t0 = time.perf_counter()
+                try:
+                    batch = next(source)
+                except StopIteration:
+                    return
+                self._wait_s += time.perf_counter() - t0
+                if self.pin_memory and self.num_workers == 0:
+                    batch = {k: v.pin_memory() for k, v in batch.items()}
+                self.progress = plan.advance(self.progress, self.layout, self._lane_len,
+                                             len(batch["input_ids"]))
+                self._batches_total += 1
+                yield batch
         finally:
-            close = getattr(windows, "close", None)
+            close = getattr(source, "close", None)
             if close is not None:
-                close()  # stops the read-ahead now, not when garbage collection gets to it
+                close()
 
-    def _threaded_batches(self, samples: np.ndarray) -> Iterator[dict[str, torch.Tensor]]:
+    def _threaded(self, batches_: Iterator[Any]) -> Iterator[Any]:
         """Batches built ahead by a background thread, and by the caller when none is ready.
 
         While the trainer is busy (a GPU step, a sleep), the thread fills up to
@@ -181,14 +205,13 @@ class ShardflowLoader:
         between threads costs more than building a batch. Production is serialised by one
         lock, so batches come out in order whoever builds them.
         """
-        batches = self._batches(samples)  # advanced by either thread, always under ``cond``
         ready: collections.deque[Any] = collections.deque()
         cond = threading.Condition()
         stop = threading.Event()
         done = object()
 
         def build_next() -> Any:  # called with ``cond`` held
-            return next(batches, done)
+            return next(batches_, done)
 
         def fill() -> None:
             try:
@@ -224,50 +247,57 @@ class ShardflowLoader:
                 cond.notify_all()
             thread.join(timeout=5)
             if not thread.is_alive():
-                batches.close()  # stops the read-ahead now
+                batches_.close()  # type: ignore[attr-defined]  # stops the read-ahead now
 
     # -- metrics -----------------------------------------------------------------------
 
     def metrics(self) -> dict[str, float]:
-        """Read and wait counters of this process (the in-process reader's, when used).
-
-        ``bytes_read``/``row_groups_read`` count the store only; pieces served by the local
-        cache count in ``cache_hits`` (``cache_misses``: looked up, then fetched).
-        """
-        reader = self.dataset._reader
-        cache = reader.cache if reader else None
+        """Read and wait counters of this process (the in-process reader's, when used)."""
         elapsed = time.perf_counter() - self._started
         samples = self._batches_total * self.batch_size
-        return {
-            "bytes_read": float(reader.bytes_read if reader else 0),
-            "row_groups_read": float(reader.groups_read if reader else 0),
-            "wait_s": self._wait_s,
-            "samples": float(samples),
-            "samples_per_s": samples / elapsed if elapsed > 0 else 0.0,
-            "failovers": float(self.dataset.store.failovers),
-            "cache_hits": float(cache.hits if cache else 0),
-            "cache_misses": float(cache.misses if cache else 0),
-            "cache_corrupt": float(cache.corrupt if cache else 0),
-        }
+        return {**self.source.metrics(), "wait_s": self._wait_s, "samples": float(samples),
+                "samples_per_s": samples / elapsed if elapsed > 0 else 0.0}
 
 
-def build_dataloader(url: str, batch_size: int, seq_len: int, num_workers: int = 0, *,
-                     pin_memory: bool | None = None, prefetch_factor: int = 4,
-                     batch_thread: bool = False, **dataset_kwargs: Any) -> ShardflowLoader:
+def build_dataloader(url: str | Source, batch_size: int, seq_len: int | None = None,
+                     num_workers: int = 0, *, rank: int | None = None,
+                     world_size: int | None = None, global_batch_size: int | None = None,
+                     lanes: int | None = None, pin_memory: bool | None = None,
+                     prefetch_factor: int = 4, batch_thread: bool = False,
+                     storage_options: dict[str, Any] | None = None,
+                     replicas: list[str] | None = None,
+                     replica_options: list[dict[str, Any] | None] | None = None,
+                     manifest: Any = None, settings: LoaderSettings | None = None,
+                     **setting_kwargs: Any) -> ShardflowLoader:
     """A loader of ``{"input_ids": [B, L], "labels": [B, L]}`` batches for this rank.
 
-    ``dataset_kwargs`` go to :class:`TokenDataset` (``seed``, ``shuffle``, ``rank``,
-    ``world_size``, ``storage_options``, ``replicas``, ``return_position_ids``, ``cache_dir``,
-    ``cache_bytes``, ...). Every rank gets the same number of batches. ``batch_thread``
-    builds up to ``prefetch_factor`` batches ahead on a background thread while the caller
-    is busy (for training loops; see the module docstring).
+    ``url`` is a dataset URL or a ready :class:`loaders.source.Source` (e.g. a mixture).
+    ``global_batch_size`` (default ``batch_size x world_size``) and ``lanes`` (default: the
+    global batch size) fix the plan; world size, ``batch_size`` and ``num_workers`` may
+    change at a resume as long as they divide it. ``setting_kwargs`` are
+    :class:`loaders.settings.LoaderSettings`' (``seed``, ``shuffle``, ``window_blocks``,
+    ``read_threads``, ``lookahead_groups``, ``cache_dir``, ``cache_bytes``,
+    ``return_sample_id``, ``return_position_ids``). ``batch_thread`` builds up to
+    ``prefetch_factor`` batches ahead on a background thread while the caller is busy.
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if num_workers < 0:
-        raise ValueError(f"num_workers must be >= 0, got {num_workers}")
-    dataset = TokenDataset(url, seq_len, batch_size=batch_size, **dataset_kwargs)
+    if (rank is None) != (world_size is None):
+        raise ValueError("give both rank and world_size, or neither")
+    if settings is None:
+        if seq_len is None:
+            raise TypeError("give seq_len or settings")
+        settings = LoaderSettings.from_kwargs(seq_len, **setting_kwargs)
+    elif setting_kwargs:
+        raise TypeError(f"give settings= or keywords {sorted(setting_kwargs)}, not both")
+    if rank is None or world_size is None:
+        rank, world_size = dist_rank_world()
+    layout = make_layout(batch_size, rank, world_size, global_batch_size, lanes)
+    store = {k: v for k, v in (("storage_options", storage_options), ("replicas", replicas),
+                               ("replica_options", replica_options), ("manifest", manifest))
+             if v is not None}
+    source = open_source(url, settings, **store)
     if pin_memory is None:
         pin_memory = torch.cuda.is_available()
-    return ShardflowLoader(dataset, batch_size, num_workers, pin_memory, prefetch_factor,
-                           batch_thread)
+    return ShardflowLoader(source, layout, num_workers=num_workers, pin_memory=pin_memory,
+                           prefetch_factor=prefetch_factor, batch_thread=batch_thread,
+                           return_sample_id=settings.return_sample_id,
+                           return_position_ids=settings.return_position_ids)

@@ -1,32 +1,60 @@
-"""The sample plan: pure functions over integers, no I/O.
+"""The sample plan: pure functions over integers, no I/O, no global order.
 
-A *sample* is a window of ``seq_len + 1`` consecutive tokens (input ``w[:-1]``, labels
-``w[1:]``). Windows are laid on a grid inside each row group of the dataset's token stream (all
-documents of all shards in manifest order, each ending with EOS): row group ``g`` holding
-``t_g`` tokens gives ``t_g // (seq_len + 1)`` samples with stride ``seq_len + 1``, so every
-token is in at most one window, windows cross document boundaries, and the last
-``t_g % (seq_len + 1)`` tokens of each row group (under 1 % at the default 256 k-token row
-groups) are not used. No sample spans two row groups: each row group is read once per pass and
-a reader holds only the row groups of the blocks it is working on.
+Samples. A *sample* is a window of ``seq_len + 1`` consecutive tokens (input ``w[:-1]``,
+labels ``w[1:]``). Windows lie on a grid inside each row group of the dataset's token stream
+(all documents of all shards in manifest order, each ending with EOS): row group ``g`` of
+``t_g`` tokens holds ``t_g // (seq_len + 1)`` samples, so windows cross document boundaries
+but never row groups, and the last ``t_g % (seq_len + 1)`` tokens of each row group (under 1 %
+at the default 256 k-token row groups) are not used. Sample ids number the grid in stream
+order. The samples of one row group are a *block*.
 
-Order: the samples of one row group form a *block*. Blocks are permuted by (seed, epoch),
-then samples are permuted within windows of ``window_blocks`` consecutive blocks of that order.
-A reader therefore touches only a handful of row groups at a time, while neighbours in the
-output come from all over the dataset.
+One epoch, for a plan of ``L`` *lanes* (every rank derives the same):
 
-Split: every rank gets the same number of samples, ``ceil(N / world_size)``: the global order
-is padded by repeating its first ``ceil(N/W)*W - N`` samples (fewer than ``world_size``), then
-cut into contiguous slices, so ranks read mostly disjoint row groups. Within a rank, DataLoader
-workers take whole batches round-robin (worker ``w`` gets batches ``w, w+W, ...``), which is
-exactly the order in which ``torch.utils.data.DataLoader`` collects them: the batches a rank
-sees do not depend on the number of workers.
+1. Blocks are permuted by a keyed Feistel bijection (:class:`loaders.permute.Feistel`, key
+   (seed, epoch)); the permuted blocks, concatenated, give every sample a *position*
+   ``0 .. N-1``.
+2. Positions are cut into ``L`` lanes of consecutive positions (lane ``j`` starts at
+   ``j N // L``), each completed to ``m = ceil(N / L)`` samples by repeating its own last
+   sample when it is one short (``L m - N < L`` repeats per epoch, at most one per lane:
+   every lane, hence every rank, gets the same number of samples).
+3. Within each lane, samples are shuffled inside each *segment*: the positions of one
+   window of ``window_blocks`` consecutive permuted blocks that fall in that lane (a keyed
+   hash of the position orders them). A lane that starts inside a block takes its first
+   segment last, so that the block it shares with the previous lane is used by both near the
+   end of the epoch (a reader holds a block from its first use to its last).
+4. Global batch ``k`` is samples ``k c .. (k+1) c - 1`` of every lane (``c`` per lane, the
+   global batch ``B = c L``); the last one is shorter when ``m`` is not a multiple of ``c``.
+
+Split. Rank ``r`` of ``W`` owns lanes ``r L/W .. (r+1) L/W - 1`` (``W`` must divide ``L``), so
+it reads a contiguous 1/W of the permuted blocks, plus the blocks cut by its two ends; its
+share of each global batch is its lanes' samples, lane after lane. DataLoader workers own
+contiguous runs of the rank's lanes, so a row group is decoded by one worker only (bar the
+blocks cut by a lane boundary). Nothing here depends on ``W`` or the number of workers:
+global batch ``k`` is the same set, in the same order, on any ``W`` and any number of workers
+that divide the lanes (the elastic rule in the README).
+
+Cost for one rank: one pass over the permuted blocks' sizes, in chunks (O(row groups) time,
+O(chunk) memory, stopping once past the rank's lanes), then O(N / W) for its own samples.
+Nothing of size N is ever built.
+
+Progress through an epoch is one :class:`Progress` value: how many samples every lane has
+consumed (plus, mid-step, how far into the rank's current step), so a resume on another
+world size or worker count continues the same global batches.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
 import numpy as np
 
-_SEED_DOMAIN = 0x5EED_F10
+from loaders.permute import Feistel, hash32
+
+_BLOCK_DOMAIN = 0x5EED_F10
+_SHUFFLE_DOMAIN = 0x5EED_F11
+#: Blocks handled per step of the scan over the permuted blocks (bounds its temporaries).
+CHUNK = 1 << 18
 
 
 def group_samples(group_tokens: np.ndarray, seq_len: int) -> np.ndarray:
@@ -34,121 +62,298 @@ def group_samples(group_tokens: np.ndarray, seq_len: int) -> np.ndarray:
     return np.asarray(group_tokens, dtype=np.int64) // (seq_len + 1)
 
 
-def sample_starts(samples: np.ndarray, group_samples_: np.ndarray, group_token_starts: np.ndarray,
-                  seq_len: int) -> np.ndarray:
-    """Token offset in the global stream of each sample (vectorised)."""
-    first_sample = np.concatenate([[0], np.cumsum(group_samples_)])
-    samples = np.asarray(samples, dtype=np.int64)
-    g = np.searchsorted(first_sample, samples, side="right") - 1
-    return np.asarray(group_token_starts, dtype=np.int64)[g] + (samples - first_sample[g]) * (
-        seq_len + 1)
+def lane_length(n_samples: int, lanes: int) -> int:
+    """Samples per lane per epoch (``ceil(N / L)``)."""
+    if lanes < 1:
+        raise ValueError(f"lanes must be >= 1, got {lanes}")
+    return -(-n_samples // lanes)
 
 
-def _rng(seed: int, epoch: int) -> np.random.Generator:
-    return np.random.default_rng([_SEED_DOMAIN, seed, epoch])
+def prefix_at(sizes: np.ndarray, index: np.ndarray, chunk: int = CHUNK) -> np.ndarray:
+    """``cumsum(sizes)[index] - sizes[index]`` (exclusive prefix sums) in O(chunk) memory."""
+    index = np.asarray(index, dtype=np.int64)
+    out = np.empty(len(index), dtype=np.int64)
+    if not len(index):
+        return out
+    order = np.argsort(index, kind="stable")
+    wanted = index[order]
+    carry, k = 0, 0
+    for lo in range(0, len(sizes), chunk):
+        hi = min(lo + chunk, len(sizes))
+        end = k + int(np.searchsorted(wanted[k:], hi))
+        part = np.asarray(sizes[lo:hi], dtype=np.int64)
+        if end > k:
+            ex = np.cumsum(part) - part
+            out[order[k:end]] = carry + ex[wanted[k:end] - lo]
+            k = end
+        carry += int(part.sum())
+        if k == len(wanted):
+            break
+    return out
 
 
-def block_order(block_sizes: np.ndarray, seed: int, epoch: int, shuffle: bool = True,
-                window_blocks: int = 4) -> np.ndarray:
-    """The global order of sample ids for one epoch (a permutation of ``range(sum(sizes))``).
+@dataclass(frozen=True)
+class PlanParams:
+    """What fixes the order of an epoch (besides the sizes of the row groups)."""
 
-    Sample ids are numbered block after block; blocks are permuted, then samples are permuted
-    within each window of ``window_blocks`` consecutive blocks of the permuted order.
+    seed: int = 0
+    shuffle: bool = True
+    window_blocks: int = 4
+
+
+def block_permutation(n_blocks: int, params: PlanParams, epoch: int) -> Feistel | None:
+    """The epoch's permutation of blocks (``None``: the identity, when not shuffling)."""
+    if not params.shuffle:
+        return None
+    return Feistel(n_blocks, (_BLOCK_DOMAIN, params.seed, epoch))
+
+
+def _scan(sizes: np.ndarray, perm: Feistel | None, lo: int, hi: int, window: int,
+          chunk: int = CHUNK) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The permuted blocks overlapping positions ``[lo, hi)``, and the window starts inside.
+
+    Returns (group of each block, its first position, its size, the positions where a window
+    of ``window`` blocks starts, within ``(lo, hi)``). One pass over the permuted sizes, in
+    chunks, stopping as soon as position ``hi`` is passed.
     """
-    sizes = np.asarray(block_sizes, dtype=np.int64)
-    n = int(sizes.sum())
-    if not shuffle or n == 0:
-        return np.arange(n, dtype=np.int64)
-    rng = _rng(seed, epoch)
-    perm = rng.permutation(len(sizes))
-    starts = np.concatenate([[0], np.cumsum(sizes)])[:-1]
-    lengths = sizes[perm]
-    # Sample ids of the permuted blocks, concatenated (vectorised ranges).
-    base = np.repeat(starts[perm] - np.concatenate([[0], np.cumsum(lengths)])[:-1], lengths)
-    ids = base + np.arange(n, dtype=np.int64)
-    window = np.repeat(np.arange(len(perm)) // max(1, window_blocks), lengths)
-    return ids[np.lexsort((rng.random(n), window))]
+    groups, starts, lengths, cuts = [], [], [], []
+    carry = 0
+    n = len(sizes)
+    for i0 in range(0, n, chunk):
+        idx = np.arange(i0, min(i0 + chunk, n), dtype=np.int64)
+        g = perm(idx) if perm is not None else idx
+        s = np.asarray(sizes[g], dtype=np.int64)
+        ends = carry + np.cumsum(s)
+        first = ends - s
+        keep = (ends > lo) & (first < hi) & (s > 0)
+        if keep.any():
+            groups.append(g[keep])
+            starts.append(first[keep])
+            lengths.append(s[keep])
+        at_cut = (idx % window == 0) & (first >= lo) & (first < hi)  # empty blocks too
+        if at_cut.any():
+            cuts.append(first[at_cut])
+        carry = int(ends[-1]) if len(ends) else carry
+        if carry >= hi:
+            break
+    empty = np.zeros(0, dtype=np.int64)
+    if not groups:
+        return empty, empty, empty, empty
+    return (np.concatenate(groups), np.concatenate(starts), np.concatenate(lengths),
+            np.concatenate(cuts) if cuts else empty)
 
 
-def epoch_order(n_samples: int, block: int, seed: int, epoch: int, shuffle: bool = True,
-                window_blocks: int = 4) -> np.ndarray:
-    """:func:`block_order` with blocks of ``block`` samples (the last one shorter)."""
-    full, rest = divmod(n_samples, block)
-    sizes = np.full(full + (1 if rest else 0), block, dtype=np.int64)
-    if rest:
-        sizes[-1] = rest
-    return block_order(sizes, seed, epoch, shuffle, window_blocks)
+def lane_bounds(n_samples: int, lanes: int, lane_lo: int, lane_hi: int) -> np.ndarray:
+    """First position of lanes ``lane_lo .. lane_hi`` (``j N // L``): lengths within one."""
+    return np.arange(lane_lo, lane_hi + 1, dtype=np.int64) * n_samples // lanes
 
 
-def samples_per_rank(n_samples: int, world_size: int) -> int:
-    return -(-n_samples // world_size)
+def lane_samples(sizes: np.ndarray, params: PlanParams, epoch: int, lanes: int,
+                 lane_lo: int, lane_hi: int) -> np.ndarray:
+    """Sample ids of lanes ``lane_lo .. lane_hi - 1`` for one epoch: ``[lanes, m]`` int64.
 
-
-def rank_slice(order: np.ndarray, rank: int, world_size: int) -> np.ndarray:
-    """This rank's samples: a contiguous slice of the order padded to equal length."""
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} outside world size {world_size}")
-    n = len(order)
-    per_rank = samples_per_rank(n, world_size)
-    pad = per_rank * world_size - n
-    if n == 0:
-        return order[:0]
-    padded = np.concatenate([order, np.resize(order, pad)]) if pad else order
-    return padded[rank * per_rank:(rank + 1) * per_rank]
-
-
-def worker_slice(rank_order: np.ndarray, worker: int, num_workers: int,
-                 batch_size: int) -> np.ndarray:
-    """The samples worker ``worker`` produces: its batches, round-robin over workers."""
-    if num_workers <= 1:
-        return rank_order
-    batch_ids = np.arange(len(rank_order)) // batch_size
-    return rank_order[batch_ids % num_workers == worker]
-
-
-# -- resume ------------------------------------------------------------------------------------
-#
-# Progress through an epoch is a list of *segments* ``(world_size, batch_size, steps)``: the
-# ranks of a job with that world size each consumed ``steps`` batches of ``batch_size`` from
-# the epoch's remaining sequence. One segment while nothing changes; a resume on another
-# world size (or per-rank batch size) appends one. The state is therefore a few integers,
-# whatever the position in the epoch.
-
-
-def remaining_after(order: np.ndarray, world_size: int, batch_size: int,
-                    steps: int) -> np.ndarray:
-    """What is left of ``order`` after ``steps`` batches on each of ``world_size`` ranks.
-
-    Rank ``r`` consumed the first ``steps * batch_size`` samples of its contiguous slice; the
-    rest, rank by rank, is the new sequence. Padding (repeated samples) is never carried over.
+    Row ``j - lane_lo`` is lane ``j``'s sequence (see the module docstring). Pure: depends
+    only on ``sizes`` (samples per row group), ``params``, ``epoch``, ``lanes`` and the lane
+    range, never on which rank or worker asks.
     """
-    n = len(order)
-    per_rank = samples_per_rank(n, world_size)
-    taken = min(steps * batch_size, per_rank)
-    keep = np.ones(n, dtype=bool)
-    for r in range(world_size):
-        lo = r * per_rank
-        keep[lo:min(lo + taken, n)] = False
-    return order[keep]
+    sizes = np.asarray(sizes)
+    if not 0 <= lane_lo <= lane_hi <= lanes:
+        raise ValueError(f"lanes [{lane_lo}, {lane_hi}) outside [0, {lanes})")
+    n = int(sizes.sum(dtype=np.int64))
+    m = lane_length(n, lanes)
+    out = np.empty((lane_hi - lane_lo, m), dtype=np.int64)
+    if n == 0 or lane_lo == lane_hi:
+        return out
+    bounds = lane_bounds(n, lanes, lane_lo, lane_hi)
+    lo, hi = int(bounds[0]), int(bounds[-1])
+    values = np.zeros(0, dtype=np.int64)
+    rotate = np.zeros(len(bounds) - 1, dtype=np.int64)
+    if lo < hi:
+        perm = block_permutation(len(sizes), params, epoch)
+        groups, starts, _lengths, cuts = _scan(sizes, perm, lo, hi, max(1, params.window_blocks))
+        pos = np.arange(lo, hi, dtype=np.int64)
+        if perm is not None:
+            # Segments: a window of blocks cut by the lane boundaries; shuffled inside each.
+            seg_bounds = np.unique(np.concatenate([cuts, bounds[1:-1]]))
+            seg = np.searchsorted(seg_bounds, pos, side="right").astype(np.uint64)
+            keys = (seg << np.uint64(32)) | hash32(pos, (_SHUFFLE_DOMAIN, params.seed, epoch))
+            pos = lo + np.argsort(keys, kind="stable")
+            # A lane that starts inside a block consumes its first segment last: the block
+            # cut by the boundary is then used by both lanes near the end of the epoch, and
+            # a reader holds it for about one window, not for the whole epoch.
+            inside = ~np.isin(bounds[:-1], starts) & (bounds[:-1] < bounds[1:])
+            nxt = seg_bounds[np.minimum(np.searchsorted(seg_bounds, bounds[:-1], side="right"),
+                                        len(seg_bounds) - 1)] if len(seg_bounds) else bounds[1:]
+            first_seg = np.minimum(np.where(nxt > bounds[:-1], nxt, bounds[1:]), bounds[1:])
+            rotate = np.where(inside, first_seg - bounds[:-1], 0)
+        block = np.searchsorted(starts, pos, side="right") - 1
+        values = prefix_at(sizes, groups)[block] + (pos - starts[block])
+    # Each lane is completed to m by repeating its own last sample (at most one repeat per
+    # lane); a lane with no sample at all (only when N < L) repeats the grid from its start.
+    for row, j in enumerate(range(lane_lo, lane_hi)):
+        a, b = int(bounds[row]) - lo, int(bounds[row + 1]) - lo
+        real = b - a
+        out[row, :real] = np.roll(values[a:b], -int(rotate[row])) if rotate[row] else \
+            values[a:b]
+        if real == 0:
+            out[row] = (j * m + np.arange(m, dtype=np.int64)) % n
+        elif real < m:
+            out[row, real:] = out[row, real - 1 - np.arange(m - real) % real]
+    return out
 
 
-def resume_order(order: np.ndarray, segments: list[tuple[int, int, int]]) -> np.ndarray:
-    """The sequence left after all of ``segments`` (in order) were consumed."""
-    for world_size, batch_size, steps in segments:
-        order = remaining_after(order, world_size, batch_size, steps)
-    return order
+# -- batches: lanes -> steps -> this rank's batches ----------------------------------------------
 
 
-def rank_sequence(order: np.ndarray, segments: list[tuple[int, int, int]], rank: int,
-                  world_size: int, batch_size: int) -> np.ndarray:
-    """This rank's samples still to come in the epoch, given the progress ``segments``.
+@dataclass(frozen=True)
+class Layout:
+    """How a job consumes the plan: what may change between runs of the same plan.
 
-    When the last segment has the current world and batch size, it is the run in progress:
-    its consumed batches are skipped inside the same contiguous slice, exactly as an
-    uninterrupted run would have continued.
+    ``lanes`` and ``per_lane`` (samples per lane per global batch; ``B = per_lane * lanes``)
+    fix the global batches; ``world_size`` must divide ``lanes``; ``batch_size`` (per rank,
+    per iteration) must divide the rank's share of a global batch, ``per_lane * lanes /
+    world_size`` (several batches per global batch: gradient accumulation).
     """
-    done = 0
-    if segments and segments[-1][:2] == (world_size, batch_size):
-        *segments, (_, _, done) = segments
-    base = resume_order(order, list(segments))
-    return rank_slice(base, rank, world_size)[done * batch_size:]
+
+    lanes: int
+    per_lane: int
+    world_size: int = 1
+    rank: int = 0
+    batch_size: int = 0  # 0: the rank's whole share of a global batch
+
+    def __post_init__(self) -> None:
+        if self.lanes < 1 or self.per_lane < 1:
+            raise ValueError(f"lanes and per_lane must be >= 1, got {self.lanes}, "
+                             f"{self.per_lane}")
+        if self.world_size < 1 or self.lanes % self.world_size:
+            raise ValueError(f"world size {self.world_size} does not divide the plan's "
+                             f"{self.lanes} lanes (the global batch is {self.global_batch}); "
+                             "use a world size that divides it")
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank {self.rank} outside world size {self.world_size}")
+        if self.batch_size < 0 or (self.batch_size and self.step % self.batch_size):
+            raise ValueError(f"batch size {self.batch_size} does not divide this rank's "
+                             f"share of a global batch ({self.step} samples)")
+
+    @property
+    def global_batch(self) -> int:
+        return self.lanes * self.per_lane
+
+    @property
+    def lanes_per_rank(self) -> int:
+        return self.lanes // self.world_size
+
+    @property
+    def step(self) -> int:
+        """Samples of one global batch that this rank takes."""
+        return self.lanes_per_rank * self.per_lane
+
+    @property
+    def batch(self) -> int:
+        return self.batch_size or self.step
+
+    def rank_lanes(self) -> tuple[int, int]:
+        lo = self.rank * self.lanes_per_rank
+        return lo, lo + self.lanes_per_rank
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where an epoch stands: one immutable value, the same on every rank.
+
+    ``lane_pos``: samples every lane has consumed (whole global batches). ``into_step``:
+    samples of this rank's share of the next global batch already consumed (mid-step only,
+    with gradient accumulation); it means something only for the ``(world_size, batch_size)``
+    in ``mid_step_layout``, so a resume on another layout must start at a step boundary.
+    """
+
+    epoch: int = 0
+    lane_pos: int = 0
+    into_step: int = 0
+    mid_step_layout: tuple[int, int] | None = None
+
+    def next_epoch(self) -> Progress:
+        return Progress(self.epoch + 1)
+
+    def at_epoch(self, epoch: int) -> Progress:
+        return self if epoch == self.epoch else Progress(epoch)
+
+
+def advance(progress: Progress, layout: Layout, lane_len: int, samples: int) -> Progress:
+    """The progress after this rank consumed ``samples`` more samples of its sequence."""
+    into = progress.into_step + samples
+    pos, c, lanes = progress.lane_pos, layout.per_lane, layout.lanes_per_rank
+    k = min(into // (c * lanes), max(0, lane_len - pos) // c)  # whole global batches
+    pos, into = pos + k * c, into - k * c * lanes
+    rest = lane_len - pos  # the epoch's last, shorter global batch
+    if 0 < rest < c and into >= rest * lanes:
+        pos, into = lane_len, into - rest * lanes
+    if pos >= lane_len:
+        into = 0
+    mid = (layout.world_size, layout.batch) if into else None
+    return replace(progress, lane_pos=pos, into_step=into, mid_step_layout=mid)
+
+
+def arrange(lane_block: np.ndarray, per_lane: int, start: int = 0) -> np.ndarray:
+    """Lanes ``[l, m]`` -> consumption order from column ``start``: step after step, and
+    within a step lane after lane (``per_lane`` consecutive samples of each)."""
+    lanes, m = lane_block.shape
+    cols = m - start
+    if cols <= 0 or lanes == 0:
+        return np.zeros(0, dtype=lane_block.dtype)
+    full = cols // per_lane
+    head = lane_block[:, start:start + full * per_lane]
+    head = head.reshape(lanes, full, per_lane).transpose(1, 0, 2).reshape(-1)
+    tail = lane_block[:, start + full * per_lane:].reshape(-1)
+    return np.concatenate([head, tail])
+
+
+def sequence(lane_block: np.ndarray, layout: Layout, progress: Progress) -> np.ndarray:
+    """This rank's samples still to come in the epoch, in order (batches: every
+    ``layout.batch`` consecutive ones)."""
+    if progress.into_step and progress.mid_step_layout != (layout.world_size, layout.batch):
+        raise ValueError(
+            f"progress is {progress.into_step} samples into a global batch under (world size, "
+            f"batch size) {progress.mid_step_layout}; resume on another layout at a global "
+            "batch boundary")
+    return arrange(lane_block, layout.per_lane, progress.lane_pos)[progress.into_step:]
+
+
+def rank_batches(lane_len: int, layout: Layout, progress: Progress) -> int:
+    """Batches still to come on this rank (the same on every rank), lanes of ``lane_len``."""
+    m = lane_len
+    left = max(0, m - progress.lane_pos) * layout.lanes_per_rank - progress.into_step
+    return -(-max(0, left) // layout.batch)
+
+
+def worker_lanes(lanes_per_rank: int, num_workers: int) -> list[tuple[int, int]]:
+    """The rank's lanes (as offsets) owned by each worker: contiguous, sizes within one."""
+    if num_workers < 1 or num_workers > lanes_per_rank:
+        raise ValueError(f"{num_workers} workers for {lanes_per_rank} lanes per rank: "
+                         "each worker owns at least one lane")
+    edges = [lanes_per_rank * w // num_workers for w in range(num_workers + 1)]
+    return list(zip(edges[:-1], edges[1:], strict=True))
+
+
+def worker_parts(lanes_per_rank: int, m: int, layout: Layout, progress: Progress,
+                 worker: int, num_workers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Which of the rank's sequence positions a worker produces, and its part of each batch.
+
+    Returns (positions into :func:`sequence`'s result that this worker owns, in order;
+    number of them in each batch). Concatenating the workers' parts of a batch in worker
+    order gives the batch in order, because within a step samples go lane after lane and
+    workers own contiguous lanes.
+    """
+    lo, hi = worker_lanes(lanes_per_rank, num_workers)[worker]
+    lane_of = np.broadcast_to(np.arange(lanes_per_rank, dtype=np.int64)[:, None],
+                              (lanes_per_rank, m))
+    lanes = sequence(lane_of, layout, progress)
+    mine = np.flatnonzero((lanes >= lo) & (lanes < hi))
+    n_batches = -(-len(lanes) // layout.batch)
+    counts = np.bincount(mine // layout.batch, minlength=n_batches)
+    return mine, counts
+
+
+def batches_of(samples: np.ndarray, batch: int) -> Iterator[np.ndarray]:
+    for lo in range(0, len(samples), batch):
+        yield samples[lo:lo + batch]

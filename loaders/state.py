@@ -1,47 +1,55 @@
-"""What every saved loader state carries, and the check that it belongs to this plan.
+"""What a saved loader state carries, and the check that it belongs to this plan.
 
-Both resume paths use it: :class:`loaders.dataloader.ShardflowLoader` (one state per rank, the
-progress as ``segments``) and :class:`loaders.dataset.TokenDataset`'s own ``state_dict`` (one
-per DataLoader worker, for ``torchdata``'s ``StatefulDataLoader``). A state only means something
-for the sample plan it was taken on, so each records the plan's parameters and a load refuses
-any difference, naming it.
+A state is the :class:`loaders.plan.Progress` value (epoch, samples consumed per lane, and
+mid-step only, how far into this rank's share of the next global batch) plus the plan's
+identity: the source's parameters and the number of lanes. A state only means something for
+the plan it was taken on, so a load refuses any difference, naming it. World size, per-rank
+batch size and ``num_workers`` are not part of it: they may change at a resume (at a global
+batch boundary).
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
-STATE_VERSION = 1
-PLAN_KEYS = ("n_samples", "seq_len", "seed", "shuffle", "block", "window_blocks")
+from loaders.plan import Progress
+
+STATE_VERSION = 2
 
 
 class LoaderStateError(ValueError):
     """A saved loader state that does not belong to this dataset or plan."""
 
 
-class _Planned(Protocol):
-    n_samples: int
-    seq_len: int
-    seed: int
-    shuffle: bool
-    block: int
-    window_blocks: int
+def progress_state(progress: Progress) -> dict[str, Any]:
+    return {"epoch": progress.epoch, "lane_pos": progress.lane_pos,
+            "into_step": progress.into_step,
+            "mid_step_layout": list(progress.mid_step_layout or []) or None}
 
 
-def plan_params(dataset: _Planned) -> dict[str, Any]:
-    """The parameters that fix a dataset's sample order, as saved in a state."""
-    return {key: getattr(dataset, key) for key in PLAN_KEYS}
+def progress_from_state(state: dict[str, Any]) -> Progress:
+    mid = state.get("mid_step_layout")
+    return Progress(int(state["epoch"]), int(state["lane_pos"]), int(state["into_step"]),
+                    (int(mid[0]), int(mid[1])) if mid else None)
 
 
-def check_state(state: dict[str, Any], dataset: _Planned) -> None:
-    """Raise :class:`LoaderStateError` unless ``state`` was saved on ``dataset``'s plan."""
+def make_state(progress: Progress, plan: dict[str, Any]) -> dict[str, Any]:
+    return {"version": STATE_VERSION, **progress_state(progress), "plan": dict(plan)}
+
+
+def check_state(state: dict[str, Any], plan: dict[str, Any]) -> Progress:
+    """The progress in ``state``; :class:`LoaderStateError` unless it is for ``plan``."""
     if state.get("version") != STATE_VERSION:
-        raise LoaderStateError(f"loader state version {state.get('version')!r}, "
-                               f"expected {STATE_VERSION}")
-    mine = plan_params(dataset)
+        raise LoaderStateError(
+            f"loader state version {state.get('version')!r}, expected {STATE_VERSION} (a "
+            "state saved by a loader before the per-lane plan cannot be continued: its order "
+            "was another one)")
     theirs = state.get("plan", {})
-    diff = [f"{k}: saved {theirs.get(k)!r}, now {mine[k]!r}" for k in PLAN_KEYS
-            if theirs.get(k) != mine[k]]
+    diff = [f"{k}: saved {theirs.get(k)!r}, now {plan[k]!r}" for k in sorted(plan)
+            if theirs.get(k) != plan[k]]
     if diff:
+        hint = (" (lanes default to the global batch size: pass lanes= to keep the saved "
+                "plan)") if any(d.startswith("lanes") for d in diff) else ""
         raise LoaderStateError("loader state is for another dataset or plan ("
-                               + "; ".join(diff) + ")")
+                               + "; ".join(diff) + ")" + hint)
+    return progress_from_state(state)

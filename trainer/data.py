@@ -1,9 +1,10 @@
 """The trainer's side of the data: building the loader and streaming batches across epochs.
 
-Who owns what: ``loaders`` owns the order of samples (seed, epoch, rank slice); this module
-only decides *when* an epoch ends and tells the loader the next epoch number via
+Who owns what: ``loaders`` owns the order of samples (seed, epoch, this rank's lanes); this
+module only decides *when* an epoch ends and tells the loader the next epoch number via
 ``set_epoch``. For a later resume, the state to save is the epoch number here plus the
-loader's own ``state_dict()``.
+loader's own ``state_dict()`` (a loader that is a ``torch.distributed.checkpoint``
+``Stateful``; the real one is).
 
 ``loaders``/``storage`` are imported inside the functions that need them so that
 ``trainer.model``, ``trainer.plot`` and friends stay importable (and testable) without the
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any, Protocol
+
+from torch.distributed.checkpoint.stateful import Stateful
 
 
 class EpochLoader(Protocol):
@@ -38,11 +41,15 @@ def build_loader(
     storage_options: dict[str, Any] | None,
     cache_dir: str | None = None,
     cache_bytes: int | None = None,
+    global_batch_size: int | None = None,
 ) -> EpochLoader:
     """The real streaming loader for this rank (``loaders.build_dataloader``). Batches carry
     ``sample_id`` so that each rank can log which samples it trained on (a resume is checked
     against that log). ``cache_bytes=None`` keeps the loaders' default limit. ``batch_thread``:
-    the next batches are built while the step runs, so the step rarely waits for one."""
+    the next batches are built while the step runs, so the step rarely waits for one.
+    ``global_batch_size`` (default ``batch_size x world_size``, i.e. no accumulation) fixes
+    the loader's plan: every optimizer step gets the same samples on any world size and
+    ``num_workers`` that divide it, also after an elastic resume."""
     from loaders import build_dataloader
 
     cache: dict[str, Any] = {"cache_dir": cache_dir}
@@ -51,7 +58,7 @@ def build_loader(
     return build_dataloader(
         url, batch_size, seq_len, num_workers=num_workers, seed=seed, shuffle=True,
         rank=rank, world_size=world_size, storage_options=storage_options,
-        return_sample_id=True, batch_thread=True, **cache,
+        global_batch_size=global_batch_size, return_sample_id=True, batch_thread=True, **cache,
     )
 
 
@@ -107,7 +114,7 @@ class EpochStream:
         """The epoch, batches taken in it, and the loader's own state when it has one (the
         same on every rank, so one copy serves all)."""
         state: dict[str, Any] = {"epoch": self.epoch, "batches_in_epoch": self.batches_in_epoch}
-        if hasattr(self.loader, "state_dict"):
+        if isinstance(self.loader, Stateful):
             state["loader"] = self.loader.state_dict()
         return state
 
@@ -119,7 +126,7 @@ class EpochStream:
         self.batches_in_epoch = int(state["batches_in_epoch"])
         self._it = None
         self.loader.set_epoch(self.epoch)
-        if "loader" in state and hasattr(self.loader, "load_state_dict"):
+        if "loader" in state and isinstance(self.loader, Stateful):
             self.loader.load_state_dict(state["loader"])
         remaining = getattr(self.loader, "remaining", None)
         if remaining is not None and self.batches_in_epoch and remaining() == 0:

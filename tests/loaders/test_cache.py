@@ -129,7 +129,7 @@ def test_size_limit_holds_while_evicting(tiny_dataset: str, tmp_path: Path) -> N
     groups, footers = _used_pieces(read_manifest(tiny_dataset))
     limit = sum(n for _sha, n in groups + footers) // 3
     loader = _loader(tiny_dataset, cache_dir=tmp_path / "cache", cache_bytes=limit)
-    cache = loader.dataset.reader.cache
+    cache = loader.source.reader.cache
     assert cache is not None
     loader.set_epoch(0)
     ids, inputs = [], []
@@ -172,7 +172,7 @@ for epoch in range(3):
     loader.set_epoch(epoch % 2)
     for batch in loader:
         digest.update(batch["input_ids"].numpy().tobytes())
-    for k, v in loader.dataset.reader.cache.stats().items():
+    for k, v in loader.source.reader.cache.stats().items():
         stats[k] = stats.get(k, 0) + v
 print(json.dumps({"digest": digest.hexdigest(), **stats}))
 """

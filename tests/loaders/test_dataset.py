@@ -81,7 +81,8 @@ def test_set_epoch_changes_the_order_deterministically(tiny_dataset: str) -> Non
     e0, _ = _collect(tiny_dataset, 0, 1, workers=0, epoch=0)
     e1, _ = _collect(tiny_dataset, 0, 1, workers=0, epoch=1)
     again, _ = _collect(tiny_dataset, 0, 1, workers=0, epoch=1)
-    assert e1 == again and e0 != e1 and sorted(e0) == sorted(e1)
+    assert e1 == again and e0 != e1 and len(e0) == len(e1)
+    assert set(e0) == set(e1)  # the same samples; the padding (<= 1 per lane) may differ
 
 
 def test_no_shuffle_is_the_stream_in_order(tiny_dataset: str) -> None:
@@ -99,7 +100,7 @@ def test_reader_holds_a_bounded_number_of_row_groups(tiny_dataset: str) -> None:
     assert sum(1 for _ in windows) == len(samples)
     # Samples never span row groups: each group is read once and dropped after its block,
     # so the reader holds the current group plus the lookahead, whatever the dataset size.
-    assert len(ds.index) >= 12
+    assert len(ds.source.index) >= 12
     assert windows.max_resident <= 3
 
 

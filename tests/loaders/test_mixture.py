@@ -33,7 +33,7 @@ def _ids(loader, limit: int | None = None) -> list[int]:
 def test_epoch_has_exact_proportions_and_no_repeats(tiny_dataset: str) -> None:
     loader = _loader(tiny_dataset, samples_per_epoch=400)
     ids = np.array(_ids(loader))
-    mix = loader.dataset
+    mix = loader.source
     source = mix.source_of(ids)
     assert len(ids) == 400
     assert (np.bincount(source) == [300, 100]).all()

@@ -1,4 +1,4 @@
-"""Property tests of the pure sample plan."""
+"""Property tests of the pure per-rank plan against a brute-force global order."""
 
 from __future__ import annotations
 
@@ -7,124 +7,273 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loaders import plan
+from loaders.permute import Feistel, hash32
+from loaders.plan import Layout, PlanParams, Progress
 
-sizes = st.integers(min_value=0, max_value=3000)
-blocks = st.integers(min_value=1, max_value=64)
-worlds = st.integers(min_value=1, max_value=8)
-seeds = st.integers(min_value=0, max_value=2**32 - 1)
-
-
-@given(sizes, blocks, seeds, st.integers(0, 100), st.booleans())
-def test_epoch_order_is_a_permutation_and_deterministic(n, block, seed, epoch, shuffle) -> None:
-    order = plan.epoch_order(n, block, seed, epoch, shuffle)
-    assert sorted(order.tolist()) == list(range(n))
-    assert np.array_equal(order, plan.epoch_order(n, block, seed, epoch, shuffle))
+size_lists = st.lists(st.integers(0, 40), min_size=0, max_size=40)
+seeds = st.integers(0, 2**32 - 1)
+windows = st.integers(1, 6)
 
 
-@given(st.integers(200, 3000), blocks, seeds, st.integers(0, 100))
-def test_each_epoch_has_a_new_order(n, block, seed, epoch) -> None:
-    a = plan.epoch_order(n, block, seed, epoch)
-    b = plan.epoch_order(n, block, seed, epoch + 1)
-    assert not np.array_equal(a, b)
+def reference(sizes: list[int], params: PlanParams, epoch: int, lanes: int) -> np.ndarray:
+    """The whole epoch, built the obvious way (global order first): ``[lanes, m]``."""
+    g_count = len(sizes)
+    first = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    if params.shuffle and g_count:
+        perm = Feistel(g_count, (plan._BLOCK_DOMAIN, params.seed, epoch))(np.arange(g_count))
+    else:
+        perm = np.arange(g_count)
+    sample_at, window_at, block_starts = [], [], set()
+    for i, g in enumerate(perm.tolist()):
+        block_starts.add(len(sample_at))
+        for k in range(sizes[g]):
+            sample_at.append(int(first[g]) + k)
+            window_at.append(i // params.window_blocks)
+    n = len(sample_at)
+    m = -(-n // lanes)
+    out = np.zeros((lanes, m), dtype=np.int64)
+    for j in range(lanes):
+        a, b = j * n // lanes, (j + 1) * n // lanes
+        positions = list(range(a, b))
+        if params.shuffle:
+            key = hash32(np.array(positions, dtype=np.int64),
+                         (plan._SHUFFLE_DOMAIN, params.seed, epoch)).tolist()
+            # shuffle inside each run of one window within the lane
+            positions = sorted(positions, key=lambda q: (window_at[q], key[q - a], q))
+            if positions and a not in block_starts:  # starts inside a block: first run last
+                first = sum(1 for q in positions if window_at[q] == window_at[a])
+                positions = positions[first:] + positions[:first]
+        lane = [sample_at[q] for q in positions]
+        real = len(lane)
+        for t in range(real, m):
+            lane.append(lane[real - 1 - (t - real) % real] if real else (j * m + t) % n)
+        out[j] = lane
+    return out
+
+
+@settings(max_examples=300)
+@given(size_lists, seeds, st.integers(0, 20), st.integers(1, 12), windows, st.booleans(),
+       st.data())
+def test_any_lane_range_matches_the_brute_force_order(sizes, seed, epoch, lanes, window,
+                                                      shuffle, data) -> None:
+    params = PlanParams(seed, shuffle, window)
+    ref = reference(sizes, params, epoch, lanes)
+    lo = data.draw(st.integers(0, lanes))
+    hi = data.draw(st.integers(lo, lanes))
+    got = plan.lane_samples(np.array(sizes, dtype=np.int64), params, epoch, lanes, lo, hi)
+    assert got.tolist() == ref[lo:hi].tolist()
+
+
+def test_windows_that_start_at_an_empty_block_still_cut() -> None:
+    sizes = [3, 3, 0, 3, 3, 0, 0, 4, 0, 5]
+    for seed in range(40):
+        for window in (1, 2, 3):
+            params = PlanParams(seed, True, window)
+            got = plan.lane_samples(np.array(sizes), params, 1, 2, 0, 2)
+            assert got.tolist() == reference(sizes, params, 1, 2).tolist()
 
 
 @settings(max_examples=200)
-@given(sizes, blocks, seeds, worlds, st.integers(0, 4), st.integers(1, 16))
-def test_ranks_and_workers_cover_every_sample_once_apart_from_padding(
-        n, block, seed, world, workers, batch) -> None:
-    order = plan.epoch_order(n, block, seed, 0)
-    per_rank = plan.samples_per_rank(n, world)
-    pad = per_rank * world - n
-    assert 0 <= pad < world
-    seen: list[int] = []
-    for rank in range(world):
-        mine = plan.rank_slice(order, rank, world)
-        assert len(mine) == per_rank  # equal counts: no DDP hang at the end of an epoch
-        from_workers = [plan.worker_slice(mine, w, workers, batch) for w in range(max(workers, 1))]
-        assert sorted(np.concatenate(from_workers).tolist()) == sorted(mine.tolist())
-        seen += mine.tolist()
-    counts = np.bincount(np.array(seen, dtype=np.int64), minlength=n) if n else np.array([])
+@given(size_lists, seeds, st.integers(1, 16), windows)
+def test_every_sample_once_per_epoch_bar_fewer_than_lanes_repeats(sizes, seed, lanes,
+                                                                  window) -> None:
+    arr = np.array(sizes, dtype=np.int64)
+    whole = plan.lane_samples(arr, PlanParams(seed, True, window), 3, lanes, 0, lanes)
+    n = int(arr.sum())
+    if n == 0:
+        assert whole.size == 0
+        return
+    counts = np.bincount(whole.reshape(-1), minlength=n)
     assert (counts >= 1).all()
-    assert int((counts - 1).sum()) == pad  # only the documented padding repeats
+    assert 0 <= int(counts.sum()) - n < lanes
+    if n >= lanes:  # at most one repeat per lane
+        assert all(len(set(row)) >= len(row) - 1 for row in whole.tolist())
 
 
-@given(sizes, blocks, worlds, st.integers(1, 4), st.integers(1, 16))
-def test_worker_batches_interleave_back_into_rank_order(n, block, world, workers, batch) -> None:
-    """The DataLoader collects batch k from worker k % W: that must rebuild the rank's order."""
-    mine = plan.rank_slice(plan.epoch_order(n, block, 7, 3), world - 1, world)
-    per_worker = [list(plan.worker_slice(mine, w, workers, batch)) for w in range(workers)]
-    rebuilt: list[int] = []
-    k = 0
-    while any(per_worker):
-        chunk = per_worker[k % workers][:batch]
-        del per_worker[k % workers][:batch]
-        rebuilt += chunk
-        k += 1
-    assert rebuilt == mine.tolist()
+@given(st.lists(st.integers(1, 40), min_size=5, max_size=40), seeds, st.integers(0, 50))
+def test_each_epoch_has_a_new_order(sizes, seed, epoch) -> None:
+    arr = np.array(sizes)
+    a = plan.lane_samples(arr, PlanParams(seed), epoch, 2, 0, 2)
+    b = plan.lane_samples(arr, PlanParams(seed), epoch + 1, 2, 0, 2)
+    assert not np.array_equal(a, b)
 
 
-def test_ranks_read_mostly_disjoint_blocks() -> None:
-    n, block, world = 10_000, 50, 4
-    order = plan.epoch_order(n, block, seed=1, epoch=0)
-    owners = [set((plan.rank_slice(order, r, world) // block).tolist()) for r in range(world)]
-    shared = sum(len(owners[a] & owners[b]) for a in range(world) for b in range(a + 1, world))
-    # Only the shuffle windows (4 blocks) cut by one of the world - 1 rank boundaries are shared.
-    assert shared <= (world - 1) * 4 < n // block // 10
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def test_samples_stay_inside_row_groups() -> None:
-    tokens = np.array([10, 4, 11])  # with seq_len 4: 2, 0 and 2 samples
-    counts = plan.group_samples(tokens, 4)
-    assert counts.tolist() == [2, 0, 2]
-    starts = plan.sample_starts(np.arange(4), counts, np.array([0, 10, 14]), 4)
-    assert starts.tolist() == [0, 5, 14, 19]  # tokens 10..13 and 24 are not used
-
-
-@given(st.lists(st.integers(0, 40), min_size=1, max_size=60), seeds, st.integers(0, 50),
-       st.integers(1, 8))
-def test_block_order_permutes_and_keeps_blocks_together(sizes, seed, epoch, window) -> None:
-    order = plan.block_order(np.array(sizes), seed, epoch, True, window)
-    n = sum(sizes)
-    assert sorted(order.tolist()) == list(range(n))
-    block_of = np.repeat(np.arange(len(sizes)), sizes)
-    # A reader holds a row group from its block's first sample to its last: at no point may
-    # more than `window` blocks be partly consumed.
-    left = list(sizes)
-    open_blocks: set[int] = set()
-    most = 0
-    for blk in block_of[order].tolist():
-        left[blk] -= 1
-        open_blocks.add(blk)
-        most = max(most, len(open_blocks))
-        if left[blk] == 0:
-            open_blocks.discard(blk)
-    assert most <= window
+def _global_batches(sizes, params, lanes, per_lane, world, workers=1, epoch=0):
+    """Global batches as the ranks (and their workers) produce them."""
+    arr = np.array(sizes, dtype=np.int64)
+    n = int(arr.sum())
+    m = plan.lane_length(n, lanes)
+    per_rank = []
+    for r in range(world):
+        layout = Layout(lanes, per_lane, world, r)
+        lo, hi = layout.rank_lanes()
+        block = plan.lane_samples(arr, params, 0, lanes, lo, hi)
+        seq = plan.sequence(block, layout, Progress())
+        if workers > 1:  # rebuild the rank's batches from its workers' parts
+            parts = [plan.worker_parts(hi - lo, m, layout, Progress(), w, workers)
+                     for w in range(workers)]
+            rebuilt, cursor = [], [0] * workers
+            for k in range(plan.rank_batches(m, layout, Progress())):
+                for w, (pos, counts) in enumerate(parts):
+                    take = pos[cursor[w]:cursor[w] + counts[k]]
+                    cursor[w] += counts[k]
+                    rebuilt += seq[take].tolist()
+            assert rebuilt == seq.tolist()
+        per_rank.append(list(plan.batches_of(seq, layout.batch)))
+    assert len({len(b) for b in per_rank}) == 1  # equal batch counts: no DDP hang
+    return [sorted(x for r in range(world) for x in per_rank[r][k].tolist())
+            for k in range(len(per_rank[0]))]
 
 
 @settings(max_examples=150)
-@given(st.integers(1, 800), blocks, seeds, worlds, st.integers(1, 8), worlds, st.integers(1, 8),
+@given(size_lists, seeds, st.sampled_from([1, 2, 4, 6, 8, 12]), st.integers(1, 3), windows,
        st.data())
-def test_elastic_resume_consumes_every_sample_once(n, block, seed, w1, b1, w2, b2, data) -> None:
-    """Stop after some steps on w1 ranks, resume on w2 ranks: each sample once, bar padding."""
-    order = plan.epoch_order(n, block, seed, 2)
-    per_rank1 = plan.samples_per_rank(n, w1)
-    steps1 = data.draw(st.integers(0, -(-per_rank1 // b1)))
-    consumed: list[int] = []
-    for r in range(w1):
-        consumed += plan.rank_sequence(order, [], r, w1, b1)[:steps1 * b1].tolist()
-    segments = [(w1, b1, steps1)]
+def test_global_batches_do_not_depend_on_world_size_or_workers(sizes, seed, lanes, per_lane,
+                                                               window, data) -> None:
+    params = PlanParams(seed, True, window)
+    ref = _global_batches(sizes, params, lanes, per_lane, 1)
+    world = data.draw(st.sampled_from(_divisors(lanes)))
+    workers = data.draw(st.integers(1, lanes // world))
+    assert _global_batches(sizes, params, lanes, per_lane, world, workers) == ref
+
+
+@settings(max_examples=150)
+@given(size_lists, seeds, st.sampled_from([2, 4, 6, 12]), st.integers(1, 3), st.data())
+def test_elastic_resume_continues_the_same_global_batches(sizes, seed, lanes, per_lane,
+                                                          data) -> None:
+    """Stop after k global batches on W1 ranks (each with accumulation), resume on W2."""
+    arr = np.array(sizes, dtype=np.int64)
+    params = PlanParams(seed, True, 2)
+    n = int(arr.sum())
+    m = plan.lane_length(n, lanes)
+    ref = _global_batches(sizes, params, lanes, per_lane, 1)
+    w1 = data.draw(st.sampled_from(_divisors(lanes)))
+    w2 = data.draw(st.sampled_from(_divisors(lanes)))
+    k = data.draw(st.integers(0, len(ref)))
+    # Every rank of the first job consumed k global batches, in micro-batches.
+    step1 = Layout(lanes, per_lane, w1, 0).step
+    micro = data.draw(st.sampled_from(_divisors(step1)))
+    progress = Progress()
+    layout1 = Layout(lanes, per_lane, w1, 0, micro)
+    consumed = sum(min(per_lane, m - i * per_lane) for i in range(k)) * (lanes // w1)
+    progress = plan.advance(progress, layout1, m, consumed)
+    assert progress.into_step == 0
+    assert progress.lane_pos == min(m, k * per_lane)
+    rest = []
     for r in range(w2):
-        consumed += plan.rank_sequence(order, segments, r, w2, b2).tolist()
-    counts = np.bincount(np.array(consumed, dtype=np.int64), minlength=n)
-    assert (counts >= 1).all()
-    assert int((counts - 1).sum()) < w1 + w2  # only the two splits' padding repeats
+        layout = Layout(lanes, per_lane, w2, r)
+        lo, hi = layout.rank_lanes()
+        seq = plan.sequence(plan.lane_samples(arr, params, 0, lanes, lo, hi), layout, progress)
+        rest.append(list(plan.batches_of(seq, layout.batch)))
+    resumed = [sorted(x for r in range(w2) for x in rest[r][i].tolist())
+               for i in range(len(rest[0]))]
+    assert resumed == ref[k:]
 
 
-@given(st.integers(1, 500), blocks, worlds, st.integers(1, 8), st.data())
-def test_resume_on_same_world_continues_the_same_sequence(n, block, world, batch, data) -> None:
-    order = plan.epoch_order(n, block, 5, 0)
-    rank = data.draw(st.integers(0, world - 1))
-    full = plan.rank_sequence(order, [], rank, world, batch)
-    steps = data.draw(st.integers(0, -(-len(full) // batch)))
-    resumed = plan.rank_sequence(order, [(world, batch, steps)], rank, world, batch)
-    assert resumed.tolist() == full[steps * batch:].tolist()
+@given(st.lists(st.integers(0, 30), max_size=30), st.sampled_from([2, 4]), st.integers(1, 3),
+       st.data())
+def test_resume_mid_step_on_the_same_layout_continues_exactly(sizes, lanes, per_lane,
+                                                              data) -> None:
+    arr = np.array(sizes, dtype=np.int64)
+    n = int(arr.sum())
+    m = plan.lane_length(n, lanes)
+    layout = Layout(lanes, per_lane, 2 if lanes % 2 == 0 else 1, 1, 1)
+    lo, hi = layout.rank_lanes()
+    block = plan.lane_samples(arr, PlanParams(5), 0, lanes, lo, hi)
+    full = plan.sequence(block, layout, Progress())
+    done = data.draw(st.integers(0, len(full)))
+    progress = plan.advance(Progress(), layout, m, done)
+    assert plan.sequence(block, layout, progress).tolist() == full[done:].tolist()
+    assert plan.rank_batches(m, layout, progress) == len(full) - done
+    if progress.into_step:  # mid-step: another layout must refuse it
+        import pytest
+
+        other = Layout(lanes, per_lane, 1, 0, 1)
+        with pytest.raises(ValueError, match="global batch boundary"):
+            plan.sequence(plan.lane_samples(arr, PlanParams(5), 0, lanes, 0, lanes), other,
+                          progress)
+
+
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=60), seeds, st.integers(1, 6),
+       st.integers(1, 8))
+def test_a_lane_holds_at_most_a_window_of_blocks_open(sizes, seed, window, lanes) -> None:
+    arr = np.array(sizes, dtype=np.int64)
+    n = int(arr.sum())
+    whole = plan.lane_samples(arr, PlanParams(seed, True, window), 0, lanes, 0, lanes)
+    starts = np.concatenate([[0], np.cumsum(arr)])
+    for j in range(lanes):
+        real = (j + 1) * n // lanes - j * n // lanes
+        block_of = np.searchsorted(starts, whole[j, :real], side="right") - 1
+        left = {b: int(c) for b, c in zip(*np.unique(block_of, return_counts=True),
+                                          strict=True)}
+        open_blocks: set[int] = set()
+        most = 0
+        for b in block_of.tolist():
+            left[b] -= 1
+            open_blocks.add(b)
+            most = max(most, len(open_blocks))
+            if left[b] == 0:
+                open_blocks.discard(b)
+        assert most <= window
+
+
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=80), seeds, st.integers(1, 4),
+       st.integers(2, 8))
+def test_blocks_shared_by_two_lanes_are_used_by_both_near_the_end(sizes, seed, window,
+                                                                  lanes) -> None:
+    """A reader of neighbouring lanes holds a cut block only for ~ the last windows."""
+    arr = np.array(sizes, dtype=np.int64)
+    whole = plan.lane_samples(arr, PlanParams(seed, True, window), 0, lanes, 0, lanes)
+    starts = np.concatenate([[0], np.cumsum(arr)])
+    blocks = np.searchsorted(starts, whole, side="right") - 1
+    longest = window * int(arr.max())  # a lane's last two segments hold at most this many
+    for j in range(lanes - 1):
+        shared = set(blocks[j].tolist()) & set(blocks[j + 1].tolist())
+        for b in shared:
+            first_use = min(np.flatnonzero(blocks[j] == b)[0], np.flatnonzero(blocks[j + 1]
+                                                                                 == b)[0])
+            assert first_use >= whole.shape[1] - 2 * longest - 1
+
+
+def test_ranks_read_about_one_wth_of_the_row_groups() -> None:
+    sizes = np.full(1000, 50)
+    lanes, world = 64, 8
+    owners = []
+    for r in range(world):
+        lo, hi = Layout(lanes, 1, world, r).rank_lanes()
+        ids = plan.lane_samples(sizes, PlanParams(1, True, 4), 0, lanes, lo, hi)
+        owners.append(set((ids.reshape(-1) // 50).tolist()))
+    assert all(len(o) <= 1000 // world + 2 for o in owners)
+    shared = sum(len(owners[a] & owners[b]) for a in range(world) for b in range(a + 1, world))
+    assert shared <= world - 1  # only the blocks cut by a rank boundary
+
+
+def test_samples_stay_inside_row_groups() -> None:
+    counts = plan.group_samples(np.array([10, 4, 11]), 4)  # with seq_len 4: 2, 0 and 2
+    assert counts.tolist() == [2, 0, 2]
+    ids = plan.lane_samples(counts, PlanParams(shuffle=False), 0, 1, 0, 1)
+    assert ids.tolist() == [[0, 1, 2, 3]]
+
+
+@given(st.lists(st.integers(0, 100), max_size=200), st.data())
+def test_prefix_at_matches_cumsum(sizes, data) -> None:
+    arr = np.array(sizes, dtype=np.int64)
+    idx = data.draw(st.lists(st.integers(0, max(0, len(sizes) - 1)), max_size=30)) if sizes \
+        else []
+    ex = np.cumsum(arr) - arr
+    assert plan.prefix_at(arr, np.array(idx, dtype=np.int64), chunk=7).tolist() == \
+        ex[idx].tolist()
+
+
+def test_layout_rules() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="does not divide the plan's 8 lanes"):
+        Layout(8, 1, 3)
+    with pytest.raises(ValueError, match="batch size 3 does not divide"):
+        Layout(8, 1, 2, 0, 3)
+    assert Layout(8, 2, 2, 1, 4).rank_lanes() == (4, 8)

@@ -30,7 +30,8 @@ def test_state_is_small_and_json(tiny_dataset: str) -> None:
     _ids(loader, limit=5)
     state = loader.state_dict()
     assert len(json.dumps(state)) < 400
-    assert state["segments"] == [[1, 4, 5]]
+    assert (state["epoch"], state["lane_pos"], state["into_step"]) == (0, 5, 0)
+    assert state["plan"]["lanes"] == 4
 
 
 @pytest.mark.parametrize("workers_before,workers_after", [(0, 0), (0, 2), (2, 0)])
@@ -66,28 +67,76 @@ def test_resume_at_last_batch_and_across_epochs(tiny_dataset: str) -> None:
     assert _ids(again) == epochs[1] != epochs[0]
 
 
+def _global_batches(ds: str, global_batch: int, world: int, workers: int = 0,
+                    state: dict | None = None, limit: int | None = None, epoch: int = 0
+                    ) -> tuple[list[list[int]], dict]:
+    """Global batches (each the sorted union of the ranks' batches) as ``world`` ranks of
+    ``workers`` DataLoader workers each produce them, from ``state`` when given."""
+    loaders = [_loader(ds, global_batch // world, rank=r, world=world, workers=workers)
+               for r in range(world)]
+    per_rank = []
+    for ld in loaders:
+        ld.set_epoch(epoch)
+        if state is not None:
+            ld.load_state_dict(state)
+        per_rank.append([b["sample_id"].tolist() for b in itertools.islice(ld, limit)])
+    assert len({len(b) for b in per_rank}) == 1  # equal batch counts on every rank
+    states = [ld.state_dict() for ld in loaders]
+    assert all(s == states[0] for s in states)  # the same state on every rank
+    return [sorted(x for r in range(world) for x in per_rank[r][k])
+            for k in range(len(per_rank[0]))], states[0]
+
+
+@pytest.mark.parametrize("world,workers", [(2, 0), (4, 0), (2, 2), (4, 1)])
+def test_global_batches_are_the_same_on_1_2_and_4_ranks(tiny_dataset: str, world: int,
+                                                         workers: int) -> None:
+    """The elastic rule end to end (real dataset, real reads): at one global batch, every
+    global batch is the same set of samples whatever the world size and num_workers."""
+    ref, _ = _global_batches(tiny_dataset, 8, 1, epoch=1)
+    got, _ = _global_batches(tiny_dataset, 8, world, workers, epoch=1)
+    assert got == ref
+    assert len(ref) > 10 and all(len(b) == 8 for b in ref[:-1])
+
+
+@pytest.mark.parametrize("before,after", [((1, 0), (4, 0)), ((4, 0), (2, 2)), ((2, 1), (1, 2))])
+def test_resume_on_another_world_size_continues_the_same_global_batches(
+        tiny_dataset: str, before: tuple[int, int], after: tuple[int, int]) -> None:
+    ref, _ = _global_batches(tiny_dataset, 8, 1)
+    head, state = _global_batches(tiny_dataset, 8, *before, limit=5)
+    tail, _ = _global_batches(tiny_dataset, 8, *after, state=json.loads(json.dumps(state)))
+    assert head == ref[:5] and tail == ref[5:]
+
+
 @pytest.mark.parametrize("new_world", [1, 3])
 def test_elastic_resume_at_same_global_batch(tiny_dataset: str, new_world: int) -> None:
     """2 ranks x batch 6 stop after 4 steps; resume on 1 rank x 12 or 3 ranks x 4."""
     global_batch = 12
-    loaders = [_loader(tiny_dataset, global_batch // 2, rank=r, world=2) for r in range(2)]
-    seen = []
-    for ld in loaders:
-        seen += _ids(ld, limit=4)
-    state = loaders[0].state_dict()
-    assert state == loaders[1].state_dict()  # the same on every rank
-    batch = global_batch // new_world
-    resumed = [_loader(tiny_dataset, batch, rank=r, world=new_world) for r in range(new_world)]
-    counts = set()
-    for ld in resumed:
-        ld.load_state_dict(state)
-        ids = _ids(ld)
-        counts.add(len(ids))
-        seen += ids
-    assert len(counts) == 1  # equal batches on every new rank
-    n = resumed[0].dataset.n_samples
+    ref, _ = _global_batches(tiny_dataset, global_batch, 1)
+    head, state = _global_batches(tiny_dataset, global_batch, 2, limit=4)
+    rest, _ = _global_batches(tiny_dataset, global_batch, new_world, state=state)
+    assert head + rest == ref
+    seen = [x for b in head + rest for x in b]
+    n = build_dataloader(tiny_dataset, 4, SEQ).source.n_samples
     assert set(seen) == set(range(n))
-    assert len(seen) - n < 2 + new_world  # only padding repeats
+    assert len(seen) - n < global_batch  # only padding repeats (at most one per lane)
+
+
+def test_accumulation_states_resume_mid_step_only_on_the_same_layout(tiny_dataset: str) -> None:
+    """With a global batch of 8 on 2 ranks of micro-batch 2, a state after 3 micro-batches
+    is mid-step: the same layout continues it exactly, another one refuses it."""
+    def make(world: int, batch: int, rank: int = 0):  # type: ignore[no-untyped-def]
+        return _loader(tiny_dataset, batch, rank=rank, world=world, global_batch_size=8)
+
+    full = _ids(make(2, 2))
+    first = make(2, 2)
+    head = _ids(first, limit=3)
+    state = first.state_dict()
+    assert state["into_step"] == 2 and state["mid_step_layout"] == [2, 2]  # 1 step + 2
+    same = make(2, 2)
+    same.load_state_dict(state)
+    assert head + _ids(same) == full
+    with pytest.raises(LoaderStateError, match="global batch boundary"):
+        make(4, 2).load_state_dict(state)
 
 
 def test_state_from_another_plan_is_refused(tiny_dataset: str) -> None:

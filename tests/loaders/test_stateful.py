@@ -80,7 +80,7 @@ def test_state_from_another_layout_is_refused(tiny_dataset: str) -> None:
     first = _sdl(tiny_dataset, 0)
     _batches(first, limit=3)
     state = first.state_dict()
-    other = _sdl(tiny_dataset, 0, batch=BATCH * 2)
+    other = _sdl(tiny_dataset, 0, batch=BATCH * 2)  # another global batch: another plan
     other.load_state_dict(state)
-    with pytest.raises(LoaderStateError, match="batch_size"):
+    with pytest.raises(LoaderStateError, match="lanes: saved 8, now 16"):
         next(iter(other))

@@ -14,9 +14,27 @@ def _build(url: str, **kw):  # type: ignore[no-untyped-def]
 
 
 def test_cache_flags_reach_the_loader(tiny_dataset: str, tmp_path: Path) -> None:
-    plain = _build(tiny_dataset)
-    assert plain.dataset.cache_dir is None and plain.dataset.cache_bytes == DEFAULT_CACHE_BYTES
+    plain = _build(tiny_dataset).source.settings.read
+    assert plain.cache_dir is None and plain.cache_bytes == DEFAULT_CACHE_BYTES
     cached = _build(tiny_dataset, cache_dir=str(tmp_path), cache_bytes=1 << 20)
-    assert cached.dataset.cache_bytes == 1 << 20
+    assert cached.source.settings.read.cache_bytes == 1 << 20
     next(iter(cached))
     assert cached.metrics()["cache_misses"] > 0 and any(tmp_path.iterdir())
+
+
+def test_the_loader_is_stateful_and_the_stream_saves_it(tiny_dataset: str) -> None:
+    from torch.distributed.checkpoint.stateful import Stateful
+
+    from trainer.data import EpochStream
+
+    loader = _build(tiny_dataset, global_batch_size=8)  # micro-batch 4, accumulation 2
+    assert isinstance(loader, Stateful)
+    stream = EpochStream(loader)
+    ids = [stream.next()["sample_id"].tolist() for _ in range(3)]
+    state = stream.state_dict()
+    assert state["loader"]["lane_pos"] == 1 and state["loader"]["into_step"] == 4
+    again = EpochStream(_build(tiny_dataset, global_batch_size=8))
+    again.load_state_dict(state)
+    fresh = EpochStream(_build(tiny_dataset, global_batch_size=8))
+    want = [fresh.next()["sample_id"].tolist() for _ in range(5)]
+    assert ids + [again.next()["sample_id"].tolist() for _ in range(2)] == want

@@ -1,0 +1,78 @@
+"""The loader's settings, grouped by what they affect (frozen: a loader never changes them).
+
+- :class:`loaders.plan.PlanParams` (``seed``, ``shuffle``, ``window_blocks``): with
+  ``seq_len`` and the dataset, they fix the order; saved in every state and checked on load.
+- :class:`ReadSettings`: how row groups are fetched (read-ahead, threads, local cache); any
+  value gives the same samples.
+- ``return_sample_id`` / ``return_position_ids``: extra keys in each batch.
+
+``LoaderSettings.from_kwargs`` maps the flat keyword arguments of ``build_dataloader`` and
+``TokenDataset`` onto them, so both keep their keyword interface.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from loaders.cache import DEFAULT_CACHE_BYTES
+from loaders.plan import PlanParams
+
+#: Blocks per window inside each lane. A rank holds about lanes-per-rank x window_blocks row
+#: groups decoded (plus the read-ahead): 2 keeps a default rank (8 lanes) at ~16 row groups,
+#: what the one-stream plan held at 16, with every batch's samples from 8 different regions.
+DEFAULT_WINDOW_BLOCKS = 2
+
+
+@dataclass(frozen=True)
+class ReadSettings:
+    """Row-group reads: ``read_threads`` fetch and decode ``lookahead_groups`` ahead;
+    ``cache_dir`` keeps verified pieces on local disk, at most ``cache_bytes``."""
+
+    lookahead_groups: int = 16
+    read_threads: int = 2
+    cache_dir: str | None = None
+    cache_bytes: int = DEFAULT_CACHE_BYTES
+
+    def __post_init__(self) -> None:
+        if self.cache_bytes < 1:
+            raise ValueError(f"cache_bytes must be >= 1, got {self.cache_bytes}")
+        if self.cache_dir is not None and not isinstance(self.cache_dir, str):
+            object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
+
+
+@dataclass(frozen=True)
+class LoaderSettings:
+    seq_len: int
+    plan: PlanParams = field(default_factory=lambda: PlanParams(
+        window_blocks=DEFAULT_WINDOW_BLOCKS))
+    read: ReadSettings = field(default_factory=ReadSettings)
+    return_sample_id: bool = False
+    return_position_ids: bool = False
+
+    def __post_init__(self) -> None:
+        if self.seq_len < 1:
+            raise ValueError(f"seq_len must be >= 1, got {self.seq_len}")
+        if self.plan.window_blocks < 1:
+            raise ValueError(f"window_blocks must be >= 1, got {self.plan.window_blocks}")
+
+    @classmethod
+    def from_kwargs(cls, seq_len: int, **kwargs: Any) -> LoaderSettings:
+        """Settings from flat keywords (``seed=``, ``read_threads=``, ``cache_dir=``, ...)."""
+        groups: dict[str, dict[str, Any]] = {"plan": {}, "read": {}, "": {}}
+        for key, value in kwargs.items():
+            if key in _PLAN_KEYS:
+                groups["plan"][key] = value
+            elif key in _READ_KEYS:
+                groups["read"][key] = value
+            elif key in ("return_sample_id", "return_position_ids"):
+                groups[""][key] = value
+            else:
+                raise TypeError(f"unknown loader setting {key!r}")
+        plan = {"window_blocks": DEFAULT_WINDOW_BLOCKS, **groups["plan"]}
+        return cls(seq_len, PlanParams(**plan), ReadSettings(**groups["read"]), **groups[""])
+
+
+_PLAN_KEYS = {f.name for f in fields(PlanParams)}
+_READ_KEYS = {f.name for f in fields(ReadSettings)}

@@ -1,0 +1,127 @@
+"""Sources of samples: what a loader reads from. One dataset and a mixture are both one.
+
+A :class:`Source` answers two questions, and nothing else:
+
+- *which* samples: ``lane_samples(epoch, lanes, lo, hi)``, the sample ids of lanes
+  ``lo .. hi - 1`` of an epoch (``[hi - lo, lane_length(lanes)]``), a pure function of the
+  source's plan (see :mod:`loaders.plan`); a rank or worker asks only for its own lanes;
+- *what* they hold: ``windows(samples)``, their token windows (``seq_len + 1`` each), in
+  order, read ahead.
+
+Ranks, workers, batches and progress are the loader's (:mod:`loaders.dataloader`); a source
+holds no position. :class:`DatasetSource` is one Shardflow dataset; a mixture of sources is
+:class:`loaders.mixture.MixtureSource`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from loaders import plan
+from loaders.cache import ChunkCache
+from loaders.prefetch import PrefetchingWindows
+from loaders.reader import RowGroupIndex, TokenReader
+from loaders.settings import LoaderSettings
+from storage import Manifest, ReplicaSet
+
+
+@runtime_checkable
+class Source(Protocol):
+    seq_len: int
+    eos_id: int | None
+    #: samples in one epoch of the source (before the lanes' padding)
+    n_samples: int
+
+    def plan_identity(self) -> dict[str, Any]:
+        """What fixes this source's order (saved in loader states, compared on load)."""
+        ...
+
+    def lane_length(self, lanes: int) -> int: ...
+
+    def lane_samples(self, epoch: int, lanes: int, lane_lo: int, lane_hi: int
+                     ) -> np.ndarray: ...
+
+    def windows(self, samples: np.ndarray) -> Iterator[np.ndarray]: ...
+
+    def metrics(self) -> dict[str, float]: ...
+
+
+class DatasetSource:
+    """One dataset: its manifest, row-group index and (per process) reader."""
+
+    def __init__(self, url: str, settings: LoaderSettings, *,
+                 storage_options: dict[str, Any] | None = None,
+                 replicas: list[str] | None = None,
+                 replica_options: list[dict[str, Any] | None] | None = None,
+                 manifest: Manifest | None = None) -> None:
+        self.url = url
+        self.settings = settings
+        self.seq_len = settings.seq_len
+        # All reads go through the replica set: the first URL is preferred, the others are
+        # failover copies (each may have its own storage options: endpoint, credentials).
+        self.store = ReplicaSet.from_urls([url, *(replicas or [])], storage_options,
+                                          replica_options)
+        self.manifest = manifest or self.store.read_manifest()
+        self.eos_id = self.manifest.eos_id
+        if settings.return_position_ids and self.eos_id is None:
+            raise ValueError("position_ids need the tokenizer's EOS id; the manifest has none")
+        self.index = RowGroupIndex(self.manifest)
+        self.group_samples = plan.group_samples(np.diff(self.index.starts), self.seq_len)
+        self.first_sample = np.concatenate([[0], np.cumsum(self.group_samples)])
+        self.n_samples = int(self.first_sample[-1])
+        self._reader: TokenReader | None = None
+
+    def plan_identity(self) -> dict[str, Any]:
+        p = self.settings.plan
+        return {"n_samples": self.n_samples, "seq_len": self.seq_len, "seed": p.seed,
+                "shuffle": p.shuffle, "window_blocks": p.window_blocks,
+                "row_groups": len(self.group_samples)}
+
+    def lane_length(self, lanes: int) -> int:
+        return plan.lane_length(self.n_samples, lanes)
+
+    def lane_samples(self, epoch: int, lanes: int, lane_lo: int, lane_hi: int) -> np.ndarray:
+        return plan.lane_samples(self.group_samples, self.settings.plan, epoch, lanes,
+                                 lane_lo, lane_hi)
+
+    def sample_starts(self, samples: np.ndarray) -> np.ndarray:
+        """Token offset of each sample in the dataset's token stream."""
+        samples = np.asarray(samples, dtype=np.int64)
+        g = np.searchsorted(self.first_sample, samples, side="right") - 1
+        return self.index.starts[g] + (samples - self.first_sample[g]) * (self.seq_len + 1)
+
+    @property
+    def reader(self) -> TokenReader:
+        if self._reader is None:
+            read = self.settings.read
+            cache = ChunkCache(read.cache_dir, read.cache_bytes) if read.cache_dir else None
+            self._reader = TokenReader(self.store, self.index, cache)
+        return self._reader
+
+    def windows(self, samples: np.ndarray) -> PrefetchingWindows:
+        """The token windows (``seq_len + 1`` each) of ``samples``, in order, read ahead."""
+        read = self.settings.read
+        return PrefetchingWindows(self.reader, self.sample_starts(samples), self.seq_len,
+                                  read.lookahead_groups, read.read_threads)
+
+    def metrics(self) -> dict[str, float]:
+        """``bytes_read``/``row_groups_read`` count the store only; pieces served by the local
+        cache count in ``cache_hits`` (``cache_misses``: looked up, then fetched)."""
+        reader = self._reader
+        cache = reader.cache if reader else None
+        return {
+            "bytes_read": float(reader.bytes_read if reader else 0),
+            "row_groups_read": float(reader.groups_read if reader else 0),
+            "failovers": float(self.store.failovers),
+            "cache_hits": float(cache.hits if cache else 0),
+            "cache_misses": float(cache.misses if cache else 0),
+            "cache_corrupt": float(cache.corrupt if cache else 0),
+        }
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_reader"] = None  # open files and caches stay in the process that made them
+        return state
