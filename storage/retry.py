@@ -1,23 +1,132 @@
-"""Back-off with jitter, and telling throttling apart from other failures.
+"""The one retry policy of Shardflow's object-store I/O, and how errors are classified.
 
-Throttling (HTTP 503 SlowDown) means "this replica is fine, ask again later": it is retried on
-the same replica with exponential back-off and full jitter, so that many readers do not retry
-in lock-step. Any other error moves the read to another replica at once.
+Deadlines, per request (``storage.urls.S3_DEFAULTS``)
+    connect 2 s, read 5 s (the longest wait for the first byte, and between two reads of the
+    body), exactly one attempt: botocore's own retries are off (``total_max_attempts=1``) and
+    s3fs's retry loop runs once (``fs.retries = 1``). So one request to a hung server costs at
+    most ~5 s, never ``attempts x timeout`` of nested retry layers (before: 6 x 20 s).
+
+Who retries: only :class:`storage.replicas.ReplicaSet`, on the error's class
+    - throttling (:data:`THROTTLE`): the replica is fine and asks us to slow down; retried on
+      the same replica with exponential back-off and full jitter (:class:`Backoff`), so many
+      readers do not retry in lock-step;
+    - a timeout (:data:`TIMEOUT`): the replica already had its deadline; the read moves to the
+      next replica at once and the replica rests for a back-off. Reads with another replica do
+      not even wait for the timeout: after a hedge deadline derived from observed latency
+      (:mod:`storage.hedge`), the same range is also asked of the next replica and the first
+      verified answer wins;
+    - a connection-level failure or HTTP 500/502/504 (:data:`TRANSIENT`): next replica at once;
+      when every replica failed that way, one more pass over them after a back-off (a server
+      restart, a dropped connection);
+    - anything else (:data:`PERMANENT`: access denied, a wrong checksum, a bad request): next
+      replica at once, no second pass; a missing object is the object's problem, not the
+      replica's, and is never retried.
+
+Classification is by exception type and by the S3 error code / HTTP status of a botocore
+``ClientError``, found on the exception itself or along its ``__cause__``/``__context__`` chain
+(s3fs re-raises S3 errors as ``OSError``/``PermissionError``... with the ``ClientError`` as the
+cause). Never by substring: an ``OSError`` whose message mentions ``part-00503.parquet`` or port
+50399 is not throttling.
 """
 
 from __future__ import annotations
 
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-_THROTTLE_MARKERS = ("SlowDown", "Slow Down", "TooManyRequests", "RequestLimitExceeded",
-                     "reduce your request rate", "503")
+THROTTLE = "throttle"
+TIMEOUT = "timeout"
+TRANSIENT = "transient"
+PERMANENT = "permanent"
+
+#: S3 (and AWS-wide) error codes that mean "slow down"; HTTP 429 and 503 mean it too.
+THROTTLE_CODES = frozenset({"SlowDown", "TooManyRequests", "RequestLimitExceeded", "Throttling",
+                            "ThrottlingException", "RequestThrottled"})
+THROTTLE_STATUS = frozenset({429, 503})
+#: server-side failures worth another pass (500 InternalError is what SeaweedFS answers while
+#: a storage node is gone; 502/504 come from proxies and load balancers)
+TRANSIENT_STATUS = frozenset({500, 502, 504})
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """The exception, then its causes and contexts, each once."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        e = todo.pop(0)
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        todo += [c for c in (e.__cause__, e.__context__) if c is not None]
+
+
+def _client_error(e: BaseException) -> tuple[str, int] | None:
+    """(error code, HTTP status) of a botocore ``ClientError``, else None."""
+    try:
+        from botocore.exceptions import ClientError
+    except ImportError:  # pragma: no cover - s3fs brings botocore; local-only installs may not
+        return None
+    if not isinstance(e, ClientError):
+        return None
+    response = getattr(e, "response", None) or {}
+    code = str((response.get("Error") or {}).get("Code") or "")
+    status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+    return code, int(status) if isinstance(status, int) else 0
+
+
+def _timeout_types() -> tuple[type[BaseException], ...]:
+    types: list[type[BaseException]] = [TimeoutError]  # socket.timeout, asyncio.TimeoutError
+    try:
+        from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
+        types += [ReadTimeoutError, ConnectTimeoutError]
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(types)
+
+
+def _connection_types() -> tuple[type[BaseException], ...]:
+    types: list[type[BaseException]] = [ConnectionError]  # refused, reset, aborted, broken pipe
+    try:
+        from botocore.exceptions import ConnectionClosedError, ResponseStreamingError
+        from botocore.exceptions import ConnectionError as BotoConnectionError
+        types += [BotoConnectionError, ConnectionClosedError, ResponseStreamingError]
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        from aiohttp import ClientConnectionError, ClientPayloadError
+        types += [ClientConnectionError, ClientPayloadError]
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(types)
+
+
+def classify(exc: BaseException) -> str:
+    """:data:`THROTTLE`, :data:`TIMEOUT`, :data:`TRANSIENT` or :data:`PERMANENT`.
+
+    The first exception along the cause/context chain that says something decides: an S3
+    ``ClientError`` by its code and status, a timeout or connection error by its type.
+    """
+    timeouts, connections = _timeout_types(), _connection_types()
+    for e in _chain(exc):
+        found = _client_error(e)
+        if found is not None:
+            code, status = found
+            if code in THROTTLE_CODES or status in THROTTLE_STATUS:
+                return THROTTLE
+            return TRANSIENT if status in TRANSIENT_STATUS else PERMANENT
+        if isinstance(e, timeouts):  # before connections: some timeouts are both
+            return TIMEOUT
+        if isinstance(e, connections):
+            return TRANSIENT
+    return PERMANENT
 
 
 def is_throttle(exc: BaseException) -> bool:
-    text = f"{type(exc).__name__}: {exc}"
-    return any(marker in text for marker in _THROTTLE_MARKERS)
+    """Is this the store asking us to slow down (S3 SlowDown & co., HTTP 429/503)?"""
+    return classify(exc) == THROTTLE
 
 
 @dataclass(frozen=True)

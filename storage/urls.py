@@ -63,11 +63,15 @@ def s3_options_from_env(env: os._Environ[str] | dict[str, str] | None = None) ->
     return opts
 
 
-#: Object-store defaults that make a dead server cost seconds, not minutes: short connect and
-#: read timeouts and few retries (the replica set fails over instead of waiting).
+#: Per-request deadlines of the one retry policy (see :mod:`storage.retry`): connect within 2 s,
+#: first byte (and each later read) within 5 s, and a single attempt: botocore retries nothing
+#: (``total_max_attempts=1``), s3fs's loop runs once (``fs.retries = 1`` in :func:`resolve`), and
+#: the replica set decides what is retried where. Explicit storage options override these.
+CONNECT_TIMEOUT_S = 2
+READ_TIMEOUT_S = 5
 S3_DEFAULTS: dict[str, Any] = {
-    "config_kwargs": {"connect_timeout": 3, "read_timeout": 20,
-                      "retries": {"max_attempts": 2, "mode": "standard"}},
+    "config_kwargs": {"connect_timeout": CONNECT_TIMEOUT_S, "read_timeout": READ_TIMEOUT_S,
+                      "retries": {"total_max_attempts": 1, "mode": "standard"}},
 }
 
 
@@ -98,12 +102,17 @@ def resolve(url: str, storage_options: dict[str, Any] | None = None) -> Location
     protocol = protocol or "file"
     options = dict(storage_options or {})
     if protocol in ("s3", "s3a"):
+        user_retries = options.get("config_kwargs", {}).get("retries")
         options = _merge(_merge(S3_DEFAULTS, s3_options_from_env()), options)
+        if isinstance(user_retries, dict):
+            # botocore lets total_max_attempts win over max_attempts: an explicit retries
+            # setting replaces ours whole instead of being silently overridden by it
+            options["config_kwargs"]["retries"] = dict(user_retries)
     fs, root = fsspec.core.url_to_fs(url, **options)
     if protocol in ("s3", "s3a"):
-        # s3fs retries some errors 5 times with growing sleeps on top of botocore's retries;
-        # with replicas to fail over to, two tries are enough.
-        fs.retries = min(getattr(fs, "retries", 2), 2)
+        # s3fs's own retry loop (5 tries with growing sleeps, on top of botocore's) would
+        # multiply every deadline; one try, and the replica set retries or fails over.
+        fs.retries = 1
     if isinstance(fs, LocalFileSystem):
         root = os.path.abspath(root)
         url = root
