@@ -1,40 +1,42 @@
-"""Shuffle quality of the sample plan vs a py1e-style block shuffle and a full permutation.
+"""Shuffle quality of the sample plan vs the one-stream plan it replaced, a py1e-style block
+shuffle and a full permutation, on a cluster-shaped job.
 
 All orders are pure functions of integers (no I/O), computed for a realistic dataset shape:
-``--tokens`` tokens (default 2 B) in row groups of 256 Ki tokens, samples of 2049 tokens.
+``--tokens`` tokens (default 2 B) in row groups of 256 Ki tokens, samples of 2049 tokens, read
+by ``--world`` ranks (8) of ``--batch`` samples each (8): global batches of 64.
 
-Quality measures (on the epoch order, a permutation of sample ids in source order):
+Quality, on the *global* sequence (global batch after global batch, each rank's part in rank
+order; what the optimizer sees):
 
 - **neighbour distance**: for consecutive outputs, ``|src[i+1] - src[i]|`` in samples, as a
-  fraction of the dataset (a full permutation gives a mean of ~1/3). Median and mean. Small
-  distances mean consecutive batches come from the same region of the corpus (same documents,
-  same source files).
-- **window diversity**: for every window of 64 consecutive outputs (8 batches of 8), the number
-  of distinct row groups its samples come from; reported as the mean and as the fraction of
-  windows with more than ``k`` = 32 distinct groups. A full permutation gives ~64; a reader
-  that walks row groups one at a time gives 1.
-- **batch duplicates**: mean number of samples in a batch of 8 that share a row group with
-  another sample of the same batch (0 for a full permutation).
+  fraction of the dataset (a full permutation gives a mean of ~1/3). Median and mean.
+- **window diversity**: for every window of 64 consecutive outputs (one global batch here),
+  the number of distinct row groups its samples come from (full permutation ~64), and the
+  fraction of windows with more than ``k`` = 32.
+- **batch duplicates**: share of a global batch's samples that share a row group with another
+  sample of the same global batch (0 for a full permutation).
 
-Cost measure, **reads per epoch**: how many row-group reads a reader with an LRU cache of
-``--lru`` (16) decoded row groups does to produce the order, over the number of row groups
-(1.0 = every group read once; a full permutation reads one group per sample).
+Cost, on rank 0's sequence (what one reader reads):
 
-and **read-once memory**: the most row groups a reader must hold at once to read each group
-only once (what Shardflow's prefetcher holds today: it keeps a group from first to last use).
+- **reads per group**: row-group reads of a reader with an LRU cache of ``--lru`` (16) decoded
+  row groups, over the distinct row groups the rank needs (1.0 = each read once);
+- **read-once memory**: the most row groups a reader must hold at once to read each group only
+  once (what Shardflow's prefetcher holds: a group from first to last use);
+- **rank's share**: distinct row groups rank 0 reads, over all row groups (ideal: 1/world).
 
 Orders compared:
 
-- ``shardflow``: :func:`loaders.plan.epoch_order` with the loader's defaults
-  (blocks of ~one row group, shuffled; samples shuffled within windows of ``window_blocks``
-  consecutive blocks), and with wider windows (same cost model, more mixing).
-- ``py1e``: a block shuffle in the style of MosaicML streaming's default ``py1e``, written here
-  from its description (single canonical node): the order of shards is shuffled, then each
-  shard's samples are placed at uniformly random positions inside a range of
-  ``shuffle_block_size`` samples centred on the shard's span in the shuffled concatenation, and
-  the samples are sorted by position. Shards are MDS-sized (64 MB of 2049-token int32 samples
-  = 8192 samples); block sizes: streaming's default ``1 << 18`` and a small one.
-- ``full``: a uniform permutation (best quality, worst reads).
+- ``shardflow lanes (window_blocks=w)``: :func:`loaders.plan.lane_samples` with one lane per
+  sample of the global batch (the loader's default), ranks owning contiguous lanes.
+- ``one stream (before, window_blocks=16)``: the previous plan (blocks shuffled, samples
+  shuffled within windows of 16 blocks, one global order cut into contiguous rank slices),
+  reproduced below; its global batch was the ranks' batches at one step, so it depended on
+  the world size.
+- ``py1e-style``: a block shuffle in the style of MosaicML streaming's default ``py1e``,
+  written here from its description (single canonical node): shards shuffled, each shard's
+  samples placed at random inside a range of ``shuffle_block_size`` samples centred on its
+  span, sorted by position; ranks take contiguous slices. Shards are MDS-sized (8192 samples).
+- ``full permutation``: a uniform permutation (best quality, worst reads).
 
     python benchmarks/shuffle_quality.py            # 2 B tokens
     python benchmarks/shuffle_quality.py --quick    # 200 M tokens
@@ -88,87 +90,127 @@ def py1e_style(n_samples: int, shard_samples: int, block: int, seed: int) -> np.
     return ids[np.argsort(keys, kind="stable")]
 
 
-def groups_of(order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """First and last row group of each sample (fixed-size row groups)."""
-    # The loader's grid: whole windows inside each row group, none spanning two.
-    group = order.astype(np.int64) // PER_GROUP
-    return group, group
+def one_stream_order(sizes: np.ndarray, seed: int, epoch: int, window_blocks: int
+                     ) -> np.ndarray:
+    """The previous plan's global order (``loaders.plan.block_order`` before the lanes)."""
+    n = int(sizes.sum())
+    rng = np.random.default_rng([0x5EED_F10, seed, epoch])
+    perm = rng.permutation(len(sizes))
+    starts = np.concatenate([[0], np.cumsum(sizes)])[:-1]
+    lengths = sizes[perm]
+    base = np.repeat(starts[perm] - np.concatenate([[0], np.cumsum(lengths)])[:-1], lengths)
+    ids = base + np.arange(n, dtype=np.int64)
+    window = np.repeat(np.arange(len(perm)) // max(1, window_blocks), lengths)
+    return ids[np.lexsort((rng.random(n), window))]
 
 
-def lru_reads(order: np.ndarray, capacity: int) -> int:
+def sliced(order: np.ndarray, world: int, batch: int) -> tuple[np.ndarray, np.ndarray]:
+    """Contiguous rank slices of one order: (global sequence, rank 0's sequence)."""
+    per_rank = len(order) // world
+    ranks = order[:per_rank * world].reshape(world, per_rank)
+    steps = per_rank // batch
+    glob = ranks[:, :steps * batch].reshape(world, steps, batch).transpose(1, 0, 2).reshape(-1)
+    return glob, ranks[0]
+
+
+def lanes_order(sizes: np.ndarray, seed: int, window_blocks: int, world: int, batch: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The loader's plan: (global sequence, rank 0's sequence)."""
+    lanes = world * batch
+    params = plan.PlanParams(seed, True, window_blocks)
+    ranks = []
+    for r in range(world):
+        layout = plan.Layout(lanes, 1, world, r)
+        lo, hi = layout.rank_lanes()
+        ranks.append(plan.sequence(plan.lane_samples(sizes, params, 0, lanes, lo, hi), layout,
+                                   plan.Progress()))
+    steps = len(ranks[0]) // batch
+    glob = np.stack([r[:steps * batch].reshape(steps, batch) for r in ranks], axis=1)
+    return glob.reshape(-1), ranks[0]
+
+
+def lru_reads(group: np.ndarray, capacity: int) -> int:
     """Row-group reads of a reader with an LRU of ``capacity`` decoded groups."""
-    first, last = groups_of(order)
     cache: OrderedDict[int, None] = OrderedDict()
     reads = 0
-    prev_a = prev_b = -1
-    for a, b in zip(first.tolist(), last.tolist(), strict=True):
-        if a == prev_a and b == prev_b:
-            continue  # same groups as the previous sample: certainly cached
-        prev_a, prev_b = a, b
-        for g in range(a, b + 1):
-            if g in cache:
-                cache.move_to_end(g)
-            else:
-                reads += 1
-                cache[g] = None
-                if len(cache) > capacity:
-                    cache.popitem(last=False)
+    prev = -1
+    for g in group.tolist():
+        if g == prev:
+            continue  # same group as the previous sample: certainly cached
+        prev = g
+        if g in cache:
+            cache.move_to_end(g)
+        else:
+            reads += 1
+            cache[g] = None
+            if len(cache) > capacity:
+                cache.popitem(last=False)
     return reads
 
 
-def read_once_peak(order: np.ndarray, n_groups: int) -> int:
+def read_once_peak(group: np.ndarray, n_groups: int) -> int:
     """Most row groups a reader must hold at once to read every group only once per epoch.
 
     A group is needed from its first use to its last; holding it in between is the price of
-    not reading it again. (Shardflow's prefetcher, as of this benchmark, does exactly this.)
+    not reading it again. (Shardflow's prefetcher does exactly this.)
     """
-    first, last = groups_of(order)
-    idx = np.arange(len(order))
-    first_use = np.full(n_groups, len(order))
-    np.minimum.at(first_use, first, idx)
+    idx = np.arange(len(group))
+    first_use = np.full(n_groups, len(group))
+    np.minimum.at(first_use, group, idx)
     last_use = np.full(n_groups, -1)
-    np.maximum.at(last_use, last, idx)
+    np.maximum.at(last_use, group, idx)
     used = last_use >= 0
-    delta = np.zeros(len(order) + 1, dtype=np.int64)
+    delta = np.zeros(len(group) + 1, dtype=np.int64)
     np.add.at(delta, first_use[used], 1)
     np.add.at(delta, last_use[used] + 1, -1)
     return int(np.cumsum(delta).max())
 
 
-def quality(order: np.ndarray, n_groups: int, lru: int, k: int) -> dict[str, float]:
-    n = len(order)
-    dist = np.abs(np.diff(order.astype(np.int64))) / n
-    group, _ = groups_of(order)
+def quality(glob: np.ndarray, rank0: np.ndarray, n_groups: int, lru: int, k: int,
+            global_batch: int) -> dict[str, float]:
+    n = len(glob)
+    dist = np.abs(np.diff(glob.astype(np.int64))) / n
+    group = glob.astype(np.int64) // PER_GROUP  # the loader's grid: no sample spans groups
     usable = n // WINDOW * WINDOW
     windows = np.sort(group[:usable].reshape(-1, WINDOW), axis=1)
     distinct = 1 + (np.diff(windows, axis=1) != 0).sum(axis=1)
-    batches = np.sort(group[:n // BATCH * BATCH].reshape(-1, BATCH), axis=1)
+    batches = np.sort(group[:n // global_batch * global_batch].reshape(-1, global_batch),
+                      axis=1)
     same = np.diff(batches, axis=1) == 0
     shared = np.zeros(batches.shape, dtype=bool)
     shared[:, 1:] |= same
     shared[:, :-1] |= same
-    reads = lru_reads(order, lru)
+    g0 = rank0.astype(np.int64) // PER_GROUP
+    needed = len(np.unique(g0))
+    reads = lru_reads(g0, lru)
     return {
         "neighbour_distance_mean": float(dist.mean()),
         "neighbour_distance_median": float(np.median(dist)),
         "window_distinct_groups_mean": float(distinct.mean()),
         f"window_frac_over_{k}_groups": float((distinct > k).mean()),
-        "batch_samples_sharing_a_group": float(shared.sum(axis=1).mean()),
-        "lru_reads": reads,
-        "reads_per_group": reads / n_groups,
-        "read_once_peak_groups": read_once_peak(order, n_groups),
+        "batch_share_sharing_a_group": float(shared.mean()),
+        "rank0_lru_reads": reads,
+        "reads_per_group": reads / needed,
+        "read_once_peak_groups": read_once_peak(g0, n_groups),
+        "rank0_share_of_groups": needed / n_groups,
     }
 
 
-def orders(n_samples: int, seed: int) -> dict[str, np.ndarray]:
-    block = PER_GROUP  # one block per row group, as in the loader
+def orders(n_samples: int, n_groups: int, seed: int, world: int, batch: int
+           ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    sizes = np.full(n_groups, PER_GROUP, dtype=np.int64)
+    sizes[-1] = n_samples - PER_GROUP * (n_groups - 1)
     out = {}
-    for wb in (4, 16, 64):
-        out[f"shardflow (window_blocks={wb})"] = plan.epoch_order(n_samples, block, seed, 0,
-                                                                  window_blocks=wb)
+    for wb in (1, 2, 4, 16):
+        out[f"shardflow lanes (window_blocks={wb})"] = lanes_order(sizes, seed, wb, world,
+                                                                   batch)
+    out["one stream (before, window_blocks=16)"] = sliced(one_stream_order(sizes, seed, 0, 16),
+                                                          world, batch)
     for blk in (1 << 18, 1 << 14):
-        out[f"py1e-style (block={blk})"] = py1e_style(n_samples, MDS_SHARD_SAMPLES, blk, seed)
-    out["full permutation"] = np.random.default_rng(seed).permutation(n_samples)
+        out[f"py1e-style (block={blk})"] = sliced(
+            py1e_style(n_samples, MDS_SHARD_SAMPLES, blk, seed), world, batch)
+    out["full permutation"] = sliced(np.random.default_rng(seed).permutation(n_samples), world,
+                                     batch)
     return out
 
 
@@ -185,8 +227,8 @@ def plot(results: dict[str, Any], k: int, path: Path) -> None:
         r = rows[name]
         ax1.scatter(r["reads_per_group"], r["window_distinct_groups_mean"], s=60, label=name)
     ax1.set_xscale("log")
-    ax1.set_xlabel(f"row-group reads per epoch / row groups (LRU of {results['lru']})")
-    ax1.set_ylabel(f"distinct row groups per {WINDOW} consecutive samples")
+    ax1.set_xlabel(f"rank 0's row-group reads / groups it needs (LRU of {results['lru']})")
+    ax1.set_ylabel(f"distinct row groups per {WINDOW} consecutive samples (global)")
     ax1.set_title("mixing vs read cost")
     ax1.legend(fontsize=8)
     x = np.arange(len(names))
@@ -205,6 +247,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=float, default=2e9)
+    parser.add_argument("--world", type=int, default=8, help="ranks")
+    parser.add_argument("--batch", type=int, default=8, help="samples per rank per step")
     parser.add_argument("--lru", type=int, default=16, help="row groups a reader caches")
     parser.add_argument("--k", type=int, default=32, help="diversity threshold per window")
     parser.add_argument("--seed", type=int, default=0)
@@ -213,25 +257,29 @@ def main() -> int:
     n_tokens = int(2e8 if args.quick else args.tokens)
     n_groups = -(-n_tokens // ROW_GROUP_TOKENS)
     n_samples = int(plan.group_samples(np.full(n_groups, ROW_GROUP_TOKENS), SEQ).sum())
+    global_batch = args.world * args.batch
     print(f"{n_tokens / 1e9:.1f} B tokens: {n_samples} samples of {WIDTH}, {n_groups} row groups "
-          f"of {ROW_GROUP_TOKENS} tokens; LRU of {args.lru} groups")
+          f"of {ROW_GROUP_TOKENS} tokens; {args.world} ranks x {args.batch} = global batches of "
+          f"{global_batch}; LRU of {args.lru} groups")
     results: dict[str, Any] = {"tokens": n_tokens, "samples": n_samples, "row_groups": n_groups,
                                "row_group_tokens": ROW_GROUP_TOKENS, "seq_len": SEQ,
+                               "world": args.world, "batch": args.batch,
                                "lru": args.lru, "k": args.k, "window": WINDOW, "orders": {}}
-    head = (f"{'order':28} {'dist med':>9} {'dist mean':>9} {'distinct/64':>11} "
-            f"{'>' + str(args.k):>6} {'dup/batch':>9} {'reads/group':>11} {'read-once peak':>14}")
+    head = (f"{'order':38} {'dist med':>9} {'dist mean':>9} {'distinct/64':>11} "
+            f"{'>' + str(args.k):>6} {'dup share':>9} {'reads/group':>11} {'read-once':>9} "
+            f"{'rank share':>10}")
     print(head)
     print("-" * len(head))
-    for name, order in orders(n_samples, args.seed).items():
-        assert np.array_equal(np.sort(order), np.arange(n_samples)), name
+    for name, (glob, rank0) in orders(n_samples, n_groups, args.seed, args.world,
+                                      args.batch).items():
         t0 = time.perf_counter()
-        q = quality(order, n_groups, args.lru, args.k)
+        q = quality(glob, rank0, n_groups, args.lru, args.k, global_batch)
         results["orders"][name] = q
-        print(f"{name:28} {q['neighbour_distance_median']:9.4f} "
+        print(f"{name:38} {q['neighbour_distance_median']:9.4f} "
               f"{q['neighbour_distance_mean']:9.4f} {q['window_distinct_groups_mean']:11.1f} "
               f"{q[f'window_frac_over_{args.k}_groups']:6.2f} "
-              f"{q['batch_samples_sharing_a_group']:9.2f} {q['reads_per_group']:11.2f} "
-              f"{q['read_once_peak_groups']:14d}"
+              f"{q['batch_share_sharing_a_group']:9.3f} {q['reads_per_group']:11.2f} "
+              f"{q['read_once_peak_groups']:9d} {q['rank0_share_of_groups']:10.3f}"
               f"   ({time.perf_counter() - t0:.1f} s)")
     name = "shuffle_quality_quick" if args.quick else "shuffle_quality"
     path = write_results(name, results)

@@ -49,8 +49,37 @@ class Source(Protocol):
     def metrics(self) -> dict[str, float]: ...
 
 
+class GroupPlan:
+    """The plan half of a dataset source: tokens per row group -> lanes (pure, no I/O).
+
+    Holds one compact per-row-group array (samples per row group); what a rank computes from
+    it is O(row groups) time in chunks plus O(its samples). ``benchmarks/plan_scale.py`` runs
+    exactly this from a synthetic index."""
+
+    def __init__(self, group_tokens: np.ndarray, settings: LoaderSettings) -> None:
+        self.settings = settings
+        self.seq_len = settings.seq_len
+        samples = plan.group_samples(group_tokens, self.seq_len)
+        small = len(samples) == 0 or int(samples.max()) < 1 << 31
+        self.group_samples = samples.astype(np.int32 if small else np.int64)
+        self.n_samples = int(self.group_samples.sum(dtype=np.int64))
+
+    def plan_identity(self) -> dict[str, Any]:
+        p = self.settings.plan
+        return {"n_samples": self.n_samples, "seq_len": self.seq_len, "seed": p.seed,
+                "shuffle": p.shuffle, "window_blocks": p.window_blocks,
+                "row_groups": len(self.group_samples)}
+
+    def lane_length(self, lanes: int) -> int:
+        return plan.lane_length(self.n_samples, lanes)
+
+    def lane_samples(self, epoch: int, lanes: int, lane_lo: int, lane_hi: int) -> np.ndarray:
+        return plan.lane_samples(self.group_samples, self.settings.plan, epoch, lanes,
+                                 lane_lo, lane_hi)
+
+
 class DatasetSource:
-    """One dataset: its manifest, row-group index and (per process) reader."""
+    """One dataset: its manifest, row-group index, plan and (per process) reader."""
 
     def __init__(self, url: str, settings: LoaderSettings, *,
                  storage_options: dict[str, Any] | None = None,
@@ -69,23 +98,20 @@ class DatasetSource:
         if settings.return_position_ids and self.eos_id is None:
             raise ValueError("position_ids need the tokenizer's EOS id; the manifest has none")
         self.index = RowGroupIndex(self.manifest)
-        self.group_samples = plan.group_samples(np.diff(self.index.starts), self.seq_len)
-        self.first_sample = np.concatenate([[0], np.cumsum(self.group_samples)])
-        self.n_samples = int(self.first_sample[-1])
+        self.plan = GroupPlan(np.diff(self.index.starts), settings)
+        self.n_samples = self.plan.n_samples
+        self.first_sample = np.concatenate([[0], np.cumsum(self.plan.group_samples,
+                                                           dtype=np.int64)])
         self._reader: TokenReader | None = None
 
     def plan_identity(self) -> dict[str, Any]:
-        p = self.settings.plan
-        return {"n_samples": self.n_samples, "seq_len": self.seq_len, "seed": p.seed,
-                "shuffle": p.shuffle, "window_blocks": p.window_blocks,
-                "row_groups": len(self.group_samples)}
+        return self.plan.plan_identity()
 
     def lane_length(self, lanes: int) -> int:
-        return plan.lane_length(self.n_samples, lanes)
+        return self.plan.lane_length(lanes)
 
     def lane_samples(self, epoch: int, lanes: int, lane_lo: int, lane_hi: int) -> np.ndarray:
-        return plan.lane_samples(self.group_samples, self.settings.plan, epoch, lanes,
-                                 lane_lo, lane_hi)
+        return self.plan.lane_samples(epoch, lanes, lane_lo, lane_hi)
 
     def sample_starts(self, samples: np.ndarray) -> np.ndarray:
         """Token offset of each sample in the dataset's token stream."""
