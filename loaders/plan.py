@@ -166,38 +166,34 @@ def lane_samples(sizes: np.ndarray, params: PlanParams, epoch: int, lanes: int,
         return out
     bounds = lane_bounds(n, lanes, lane_lo, lane_hi)
     lo, hi = int(bounds[0]), int(bounds[-1])
-    values = np.zeros(0, dtype=np.int64)
-    rotate = np.zeros(len(bounds) - 1, dtype=np.int64)
     if lo < hi:
         perm = block_permutation(len(sizes), params, epoch)
         groups, starts, _lengths, cuts = _scan(sizes, perm, lo, hi, max(1, params.window_blocks))
-        pos = np.arange(lo, hi, dtype=np.int64)
+        base = prefix_at(sizes, groups)  # first sample id of each block in the range
+        key = (_SHUFFLE_DOMAIN, params.seed, epoch)
+    # One lane at a time: temporaries are O(lane), only the result is O(lanes x m).
+    for row, j in enumerate(range(lane_lo, lane_hi)):
+        a, b = int(bounds[row]), int(bounds[row + 1])
+        real = b - a
+        if real == 0:  # a lane with no sample at all (only when N < L): the grid
+            out[row] = (j * m + np.arange(m, dtype=np.int64)) % n
+            continue
+        pos = np.arange(a, b, dtype=np.int64)
         if perm is not None:
-            # Segments: a window of blocks cut by the lane boundaries; shuffled inside each.
-            seg_bounds = np.unique(np.concatenate([cuts, bounds[1:-1]]))
-            seg = np.searchsorted(seg_bounds, pos, side="right").astype(np.uint64)
-            keys = (seg << np.uint64(32)) | hash32(pos, (_SHUFFLE_DOMAIN, params.seed, epoch))
-            pos = lo + np.argsort(keys, kind="stable")
+            # Segments: the windows of blocks cut by the lane; shuffled inside each.
+            inner = cuts[(cuts > a) & (cuts < b)]
+            seg = np.searchsorted(inner, pos, side="right").astype(np.uint64)
+            pos = a + np.argsort((seg << np.uint64(32)) | hash32(pos, key), kind="stable")
+            del seg
             # A lane that starts inside a block consumes its first segment last: the block
             # cut by the boundary is then used by both lanes near the end of the epoch, and
             # a reader holds it for about one window, not for the whole epoch.
-            inside = ~np.isin(bounds[:-1], starts) & (bounds[:-1] < bounds[1:])
-            nxt = seg_bounds[np.minimum(np.searchsorted(seg_bounds, bounds[:-1], side="right"),
-                                        len(seg_bounds) - 1)] if len(seg_bounds) else bounds[1:]
-            first_seg = np.minimum(np.where(nxt > bounds[:-1], nxt, bounds[1:]), bounds[1:])
-            rotate = np.where(inside, first_seg - bounds[:-1], 0)
+            first = int(np.searchsorted(starts, a, side="right")) - 1
+            if starts[first] != a and len(inner):
+                pos = np.roll(pos, a - int(inner[0]))
         block = np.searchsorted(starts, pos, side="right") - 1
-        values = prefix_at(sizes, groups)[block] + (pos - starts[block])
-    # Each lane is completed to m by repeating its own last sample (at most one repeat per
-    # lane); a lane with no sample at all (only when N < L) repeats the grid from its start.
-    for row, j in enumerate(range(lane_lo, lane_hi)):
-        a, b = int(bounds[row]) - lo, int(bounds[row + 1]) - lo
-        real = b - a
-        out[row, :real] = np.roll(values[a:b], -int(rotate[row])) if rotate[row] else \
-            values[a:b]
-        if real == 0:
-            out[row] = (j * m + np.arange(m, dtype=np.int64)) % n
-        elif real < m:
+        out[row, :real] = base[block] + (pos - starts[block])
+        if real < m:  # completed by repeating the lane's own last sample(s)
             out[row, real:] = out[row, real - 1 - np.arange(m - real) % real]
     return out
 
@@ -302,10 +298,12 @@ def arrange(lane_block: np.ndarray, per_lane: int, start: int = 0) -> np.ndarray
     if cols <= 0 or lanes == 0:
         return np.zeros(0, dtype=lane_block.dtype)
     full = cols // per_lane
-    head = lane_block[:, start:start + full * per_lane]
-    head = head.reshape(lanes, full, per_lane).transpose(1, 0, 2).reshape(-1)
-    tail = lane_block[:, start + full * per_lane:].reshape(-1)
-    return np.concatenate([head, tail])
+    out = np.empty(lanes * cols, dtype=lane_block.dtype)
+    split = full * per_lane * lanes
+    out[:split].reshape(full, lanes, per_lane)[:] = lane_block[
+        :, start:start + full * per_lane].reshape(lanes, full, per_lane).transpose(1, 0, 2)
+    out[split:] = lane_block[:, start + full * per_lane:].reshape(-1)
+    return out
 
 
 def sequence(lane_block: np.ndarray, layout: Layout, progress: Progress) -> np.ndarray:

@@ -1,0 +1,237 @@
+"""What one rank pays to start (and to resume) at trillion-token scale: build time, peak RSS.
+
+A synthetic binary row-group index (:mod:`storage.index`; only the index, no shard data) of
+``--row-groups`` row groups of ~256 Ki tokens (262,144 plus up to 4,000: the overshoot of
+the document that closes a row group), 16 per shard, goes through the loader's own code path:
+
+    read the index's ``tokens`` column (ranged reads, checksummed) -> loaders.source.GroupPlan
+    -> GroupPlan.lane_samples(this rank's lanes) -> loaders.plan.sequence -> the first batch
+
+for rank ``--rank`` of ``--world`` (per-rank batch 8 samples of 2048 tokens, one lane per
+sample of the global batch, the loader's defaults). ``build_s`` is that, from a cold process
+with the imports done; ``resume_same_s`` the same from a mid-epoch state on the same world
+size, ``resume_other_s`` on half the world size (per-rank batch doubled: the same global
+batch); ``peak_rss_mb`` the process's peak RSS (VmHWM) and ``extra_rss_mb`` its growth over
+the RSS after imports. Each point runs in a fresh process:
+
+    python benchmarks/plan_scale.py --row-groups 1000000 --world 10000 --rank 9999 --json
+    python benchmarks/plan_scale.py             # the sweep: 1 M and 10 M row groups,
+                                                # world 8 .. 16,384, last rank, medians of 3
+
+The last rank is measured: its lanes are the end of the permuted order, so its scan over the
+permuted sizes is the longest (rank 0 stops after its own 1/W).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SEQ = 2048
+BATCH = 8
+GROUPS_PER_SHARD = 16
+INDEX_DIR = Path(tempfile.gettempdir()) / "shardflow-plan-scale"
+WORLDS = (8, 64, 1024, 10_000, 16_384)
+SIZES = (1_000_000, 10_000_000)
+
+
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def make_index(n_groups: int, path: Path) -> None:
+    """Write a synthetic index of ``n_groups`` row groups (deterministic)."""
+    from storage.index import build_index_arrays
+
+    rng = np.random.default_rng(n_groups)
+    n_shards = -(-n_groups // GROUPS_PER_SHARD)
+    tokens = (262_144 + rng.integers(0, 4000, n_groups)).astype(np.uint32)
+    per_shard = np.full(n_shards, GROUPS_PER_SHARD, dtype=np.uint64)
+    per_shard[-1] = n_groups - GROUPS_PER_SHARD * (n_shards - 1)
+    first = np.concatenate([[0], np.cumsum(per_shard)]).astype(np.uint64)
+    length = (tokens.astype(np.uint64) * 2 // 3).astype(np.uint32)  # ~zstd'd uint16
+    in_shard = np.arange(n_groups) - np.repeat(first[:-1].astype(np.int64),
+                                               per_shard.astype(np.int64))
+    offset = (4 + in_shard.astype(np.uint64) * 180_000).astype(np.uint64)
+    paths = [f"shards/part-{i:07d}.parquet".encode() for i in range(n_shards)]
+    columns = {
+        "rows": rng.integers(50, 500, n_groups).astype(np.uint32),
+        "tokens": tokens, "offset": offset, "length": length,
+        "digest": np.frombuffer(rng.bytes(16 * n_groups), dtype="V16"),
+        "first_group": first,
+        "shard_rows": np.full(n_shards, 4000, dtype=np.uint64),
+        "shard_tokens": np.add.reduceat(tokens.astype(np.uint64), first[:-1].astype(np.int64)),
+        "shard_bytes": np.full(n_shards, 3_000_000, dtype=np.uint64),
+        "shard_sha256": np.frombuffer(rng.bytes(32 * n_shards), dtype="V32"),
+        "footer_length": np.full(n_shards, 2000, dtype=np.uint64),
+        "footer_sha256": np.frombuffer(rng.bytes(32 * n_shards), dtype="V32"),
+        "path_end": np.concatenate([[0], np.cumsum([len(p) for p in paths])]).astype(np.uint64),
+        "paths": np.frombuffer(b"".join(paths), dtype=np.uint8),
+    }
+    data = build_index_arrays(columns)
+    tmp = path.with_suffix(".part")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def index_path(n_groups: int) -> Path:
+    path = INDEX_DIR / f"index-{n_groups}.sfidx"
+    if not path.exists():
+        INDEX_DIR.mkdir(parents=True, exist_ok=True)
+        # In a child process: building it must not count in a measured process's peak RSS.
+        subprocess.run([sys.executable, __file__, "--make-index", str(n_groups), str(path)],
+                       check=True)
+    return path
+
+
+def measure(path: Path, world: int, rank: int) -> dict[str, Any]:
+    """One point, in this (fresh) process."""
+    from loaders import plan
+    from loaders.plan import Layout, Progress
+    from loaders.settings import LoaderSettings
+    from loaders.source import GroupPlan
+    from storage.index import read_columns
+
+    settings = LoaderSettings(SEQ)
+    base_rss = _status_mb("VmRSS")
+
+    def first_batch(world_: int, rank_: int, batch: int, progress: Progress
+                    ) -> tuple[np.ndarray, int]:
+        with open(path, "rb") as fh:
+            def read_range(lo: int, hi: int) -> bytes:
+                fh.seek(lo)
+                return fh.read(hi - lo)
+
+            tokens = read_columns(read_range, ["tokens"])["tokens"]
+        source = GroupPlan(tokens, settings)
+        layout = Layout(world * BATCH, 1, world_, rank_, batch)
+        lo, hi = layout.rank_lanes()
+        block = source.lane_samples(progress.epoch, layout.lanes, lo, hi)
+        seq = plan.sequence(block, layout, progress)
+        return seq[:batch], source.lane_length(layout.lanes)
+
+    t0 = time.perf_counter()
+    batch0, lane_len = first_batch(world, rank, BATCH, Progress())
+    build_s = time.perf_counter() - t0
+    assert len(batch0) == BATCH
+    # A state taken half-way through the epoch (the same on every rank).
+    half = Progress(0, lane_pos=lane_len // 2)
+    t0 = time.perf_counter()
+    first_batch(world, rank, BATCH, half)
+    resume_same_s = time.perf_counter() - t0
+    other = max(1, world // 2)
+    t0 = time.perf_counter()
+    first_batch(other, rank // 2 if world > 1 else 0, BATCH * world // other, half)
+    resume_other_s = time.perf_counter() - t0
+    return {"row_groups": int(path.stem.split("-")[1]), "world": world, "rank": rank,
+            "build_s": build_s, "resume_same_s": resume_same_s,
+            "resume_other_s": resume_other_s, "other_world": other,
+            "peak_rss_mb": _status_mb("VmHWM"), "extra_rss_mb": _status_mb("VmHWM") - base_rss,
+            "samples_per_rank": int(lane_len) * BATCH}
+
+
+def point(n_groups: int, world: int, rank: int) -> dict[str, Any]:
+    path = index_path(n_groups)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, __file__, "--row-groups", str(n_groups), "--world",
+                          str(world), "--rank", str(rank), "--json", "--index", str(path)],
+                         env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for n in sorted({r["row_groups"] for r in rows}):
+        mine = sorted((r for r in rows if r["row_groups"] == n), key=lambda r: r["world"])
+        w = [r["world"] for r in mine]
+        label = f"{n / 1e6:g} M row groups"
+        ax1.plot(w, [r["build_s"] for r in mine], "o-", label=f"{label}: first batch")
+        ax1.plot(w, [r["resume_other_s"] for r in mine], "x--", label=f"{label}: resume, W/2")
+        ax2.plot(w, [r["extra_rss_mb"] for r in mine], "o-", label=label)
+    for ax in (ax1, ax2):
+        ax.set_xscale("log")
+        ax.set_xlabel("world size (last rank measured)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    ax1.axhline(1.0, color="grey", lw=0.8)
+    ax1.axhline(5.0, color="grey", lw=0.8, ls=":")
+    ax1.set_ylabel("seconds (median of 3)")
+    ax1.set_title("one rank's plan: cold start to the first batch")
+    ax2.axhline(100, color="grey", lw=0.8)
+    ax2.set_yscale("log")
+    ax2.set_ylabel("extra peak RSS over the imports, MB")
+    ax2.set_title("one rank's memory")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--row-groups", type=int)
+    parser.add_argument("--world", type=int)
+    parser.add_argument("--rank", type=int)
+    parser.add_argument("--json", action="store_true", help="one point, one JSON object")
+    parser.add_argument("--index", type=Path, help="a synthetic index already written")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--make-index", nargs=2, metavar=("N", "PATH"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.make_index:
+        make_index(int(args.make_index[0]), Path(args.make_index[1]))
+        return 0
+    if args.world is not None:
+        n = args.row_groups or SIZES[0]
+        rank = args.world - 1 if args.rank is None else args.rank
+        if args.index is None:  # measure in a fresh child, never next to the index build
+            print(json.dumps(point(n, args.world, rank)))
+            return 0
+        result = measure(args.index, args.world, rank)
+        print(json.dumps(result) if args.json else result)
+        return 0
+    from benchmarks.bench_utils import RESULTS, median, write_results
+
+    rows = []
+    sizes = (args.row_groups,) if args.row_groups else SIZES
+    print(f"{'row groups':>10} {'world':>6} {'build s':>8} {'resume s':>9} {'resume W/2':>10} "
+          f"{'peak MB':>8} {'extra MB':>8}")
+    for n in sizes:
+        for world in WORLDS:
+            if n >= 10_000_000 and world < 64:
+                continue  # 160 M samples for one rank: see the README
+            runs = [point(n, world, world - 1) for _ in range(args.runs)]
+            row = {k: median([r[k] for r in runs]) if isinstance(runs[0][k], float)
+                   else runs[0][k] for k in runs[0]}
+            rows.append(row)
+            print(f"{n:10d} {world:6d} {row['build_s']:8.3f} {row['resume_same_s']:9.3f} "
+                  f"{row['resume_other_s']:10.3f} {row['peak_rss_mb']:8.1f} "
+                  f"{row['extra_rss_mb']:8.1f}", flush=True)
+    write_results("plan_scale", {"seq_len": SEQ, "batch_per_rank": BATCH, "runs": args.runs,
+                                 "points": rows})
+    plot(rows, RESULTS / "plan_scale.png")
+    print(f"results: {RESULTS / 'plan_scale.json'} and {RESULTS / 'plan_scale.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
