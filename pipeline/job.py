@@ -1,10 +1,14 @@
 """The pipeline job: plan partitions, run the two phases and the dedup shuffle on Dask, commit.
 
-Order of events, each safe to interrupt: the manifest of any earlier dataset at the output is
-removed; ``tokenizer.json`` is written; phase 1 and phase 2 leave markers under ``_work/`` (see
-``pipeline.work``); the manifest is written last, in partition order, from results that do not
-depend on timing; then ``_work/`` is removed. A rerun after a crash redoes only what has no
-marker, and produces the same bytes.
+Order of events, each safe to interrupt: the tokenizer is written; phase 1 and phase 2 leave
+markers under ``_work/`` (see ``pipeline.work``); the manifest is built last, in partition
+order, from results that do not depend on timing, and committed by one atomic put of
+``manifest.json`` (``storage.versions.commit``, which then records the version under
+``_versions/``); then ``_work/`` is removed. Every object outside ``_work/`` has a
+content-addressed name, so a rebuild into the output of a committed dataset never touches what
+that dataset's manifest names: until the swap readers see the old version, complete, and a
+reader that opened it finishes on it; a killed rebuild leaves it as it was. A rerun after a
+crash redoes only what has no marker, and produces the same bytes.
 
 Memory: a worker runs one task at a time and holds at most ``B0 + C + k x partition_bytes``
 in phase 1 or 2 (B0 the idle worker, ~190 MiB with GPT-2; C ~64 MiB for the read block and one
@@ -47,12 +51,13 @@ from pipeline.stages import (
     sample_texts,
 )
 from storage import (
-    MANIFEST,
-    TOKENIZER,
     Manifest,
     ReplicaSet,
     TokenizerInfo,
+    commit,
     display_url,
+    shard_name,
+    tokenizer_name,
     tokens,
 )
 
@@ -125,7 +130,7 @@ def build_manifest(cfg: PipelineConfig, tok: tokenizing.TokenizerSpec,
         "partitions": len(ones),
     }
     return Manifest(
-        tokenizer=TokenizerInfo(name=tok.name, path=TOKENIZER, sha256=tok.sha256,
+        tokenizer=TokenizerInfo(name=tok.name, path=tokenizer_name(tok.sha256), sha256=tok.sha256,
                                 vocab_size=tok.vocab_size, eos_id=tok.eos_id,
                                 eos_token=tok.eos_token, bytes=len(tok.json.encode("utf-8"))),
         shards=shards, schema=schema_description(tokens.token_dtype(tok.vocab_size)),
@@ -146,6 +151,13 @@ def _train_tokenizer(client: Client, cfg: PipelineConfig, parts: list[Partition]
     return tokenizing.train_bpe(texts, vocab)
 
 
+def _named(shard: dict[str, Any] | None, index: int) -> bool:
+    try:
+        return shard is None or shard["path"] == shard_name(index, shard["sha256"])
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
 def _markers(scratch: ReplicaSet, paths: list[str]) -> list[dict[str, Any] | None]:
     with ThreadPoolExecutor(8) as pool:
         return list(pool.map(lambda p: work.get_json(scratch, p), paths))
@@ -161,7 +173,10 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
     # A phase-1 marker with rows but no shard entry is from an older version: redo it.
     done1 = [d if d and (d.get("shard") or not d.get("rows")) else None
              for d in _markers(scratch, [work.done1_path(k) for k in keys])]
-    done2 = _markers(scratch, [work.done2_path(rkey, p.index) for p in parts])
+    # So is a phase-2 marker whose shard is not under its content-addressed name.
+    done2 = [d if d and _named(d.get("shard"), p.index) else None
+             for p, d in zip(parts, _markers(scratch, [work.done2_path(rkey, p.index)
+                                                       for p in parts]), strict=True)]
     params = StageParams(cfg.read_options, cfg.cleaning, cfg.dedup == "exact", cfg.near_dup,
                          (cfg.minhash_perms, cfg.minhash_bands, cfg.shingle_words), tok.sha256,
                          tok.vocab_size, tok.eos_id, cfg.encode_batch_docs,
@@ -268,10 +283,9 @@ def run(cfg: PipelineConfig, log: TextIO | None = None, progress: bool = True) -
     if not cfg.partition_bytes:  # resolved here, so the manifest records the size used
         cfg = replace(cfg, partition_bytes=auto_partition_bytes(total_bytes))
     parts = plan_partitions(files, cfg.partition_bytes)
+    # A dataset already committed at the output stays readable, untouched, until the commit
+    # below: every object this run writes has a name made from its content.
     store = cfg.output_store()
-    # Un-commit any earlier dataset here first: while shards are rewritten, readers must not
-    # see an old manifest pointing at new bytes.
-    store.delete(MANIFEST)
     where = " + ".join(display_url(r.loc.url) for r in store.replicas)
     print(f"shardflow: {len(files)} files, {total_bytes:,} bytes -> {len(parts)} partitions "
           f"-> {where}", file=log)
@@ -283,12 +297,12 @@ def run(cfg: PipelineConfig, log: TextIO | None = None, progress: bool = True) -
         print(f"dask: {n} workers, dashboard {dashboard}", file=log)
         tok = loading.result() if loading else _train_tokenizer(client, cfg, parts, vocab)
         print(f"tokenizer: {tok.name} (vocab {tok.vocab_size}, eos {tok.eos_token!r})", file=log)
-        store.put(TOKENIZER, tok.json.encode("utf-8"))
+        store.put(tokenizer_name(tok.sha256), tok.json.encode("utf-8"))
         bar = ProgressBar(2 * len(parts), label="tasks", enabled=progress, stream=log)
         ones, twos, resumed = _execute(client, cfg, store, tok, parts, bar)
 
     manifest = build_manifest(cfg, tok, ones, twos)
-    store.put(MANIFEST, manifest.to_json().encode("utf-8"))  # the commit: last, atomic
+    commit(store, manifest, log)  # the swap of manifest.json: last, atomic
     work.remove_work(store)
     stats = manifest.stats
     return RunSummary(

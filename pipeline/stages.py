@@ -6,12 +6,17 @@ manifest entry, as if no duplicate were dropped. Dedup, across partitions, is
 ``pipeline.shuffle``: keys are split by hash into buckets, each bucket is resolved on its own,
 and each partition picks its condemned rows from every bucket. Phase 2, per partition: a
 partition that lost no row has its shard copied into place; one that did is re-encoded.
+
+Every object written outside ``_work/`` is named by its content (``storage.layout``): a rerun
+writes its shards next to the committed version's, never over them, and identical content
+lands on the identical name.
 """
 
 from __future__ import annotations
 
 import functools
 import io
+import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -34,8 +39,17 @@ from pipeline.dedup import (
 from pipeline.plan import Partition
 from pipeline.readers import ReadOptions, read_partition
 from pipeline.records import Rejected
-from pipeline.shards import encode_table, shard_table, write_quarantine
-from storage import TOKENIZER, ReplicaSet, quarantine_name, shard_name, tokens
+from pipeline.shards import encode_table, shard_table
+from storage import (
+    ObjectInfo,
+    ReplicaSet,
+    ShardInfo,
+    digest_bytes,
+    quarantine_name,
+    shard_name,
+    tokenizer_name,
+    tokens,
+)
 
 #: stop filling an encode batch at this many characters, whatever the document count
 BATCH_CHARS = 1 << 20
@@ -74,13 +88,29 @@ def _tokenizer_json(store: ReplicaSet, sha256: str) -> str:
     """The run's tokenizer, fetched once per worker process (content-addressed by sha256)."""
     if sha256 not in _TOKENIZERS:
         _TOKENIZERS.clear()
-        _TOKENIZERS[sha256] = store.get(TOKENIZER, sha256=sha256).decode("utf-8")
+        _TOKENIZERS[sha256] = store.get(tokenizer_name(sha256), sha256=sha256).decode("utf-8")
     return _TOKENIZERS[sha256]
 
 
 @functools.lru_cache(maxsize=2)
 def _minhasher(perms: int, bands: int, words: int) -> MinHasher:
     return MinHasher(perms, bands, words)
+
+
+def named(index: int, shard: ShardInfo) -> ShardInfo:
+    """The shard entry under its final, content-addressed name."""
+    return replace(shard, path=shard_name(index, shard.sha256))
+
+
+def put_quarantine(store: ReplicaSet, index: int, records: list[dict]) -> ObjectInfo:
+    """Rejected records as JSON lines (source file:line, reason, detail, raw text), under a
+    name made from their content."""
+    body = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in records)
+    data = body.encode("utf-8")
+    sha = digest_bytes(data)
+    info = ObjectInfo(path=quarantine_name(index, sha), bytes=len(data), sha256=sha)
+    store.put(info.path, data)
+    return info
 
 
 def strict_message(item: Rejected) -> str:
@@ -146,11 +176,11 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams) -> w
         # then only copied into place by phase 2.
         dtype = tokens.token_dtype(p.vocab_size)
         data, shard = encode_table(shard_table(doc_ids, tokens.pack(ln, vals, dtype)), dtype,
-                                   p.row_group_tokens, shard_name(part.index))
+                                   p.row_group_tokens)
+        shard = named(part.index, shard)
         scratch.put(work.rows_path(key), data)
     work.save_array(scratch, work.keys_path(key), entries(keys, positions, kinds))
-    quarantine = (write_quarantine(store, quarantine_name(part.index), rejected)
-                  if rejected else None)
+    quarantine = put_quarantine(store, part.index, rejected) if rejected else None
     result = work.PhaseOne(
         index=part.index, key=key, docs_in=docs_in + len(rejected), rows=len(doc_ids),
         tokens=int(vals.size), dropped=dict(cleaner.dropped), changed=dict(cleaner.changed),
@@ -178,7 +208,7 @@ def phase_two(one: work.PhaseOne, run_key: str, store: ReplicaSet, row_group_tok
         # Verified on the way: a damaged work file must not become a shard.
         data = scratch.get(work.rows_path(one.key), sha256=one.shard.sha256)
         if not len(drops):
-            shard = replace(one.shard, path=shard_name(index))
+            shard = named(index, one.shard)
         else:
             table = pq.read_table(io.BytesIO(data))
             keep = np.ones(table.num_rows, dtype=bool)
@@ -187,9 +217,10 @@ def phase_two(one: work.PhaseOne, run_key: str, store: ReplicaSet, row_group_tok
             exact = int((drops["kind"] == KIND_EXACT).sum())
             duplicates = {k: v for k, v in (("duplicate", exact),
                                             ("near_duplicate", len(drops) - exact)) if v}
-            data, shard = (encode_table(table, tokens.token_dtype(vocab_size), row_group_tokens,
-                                        shard_name(index)) if table.num_rows else (b"", None))
+            data, shard = (encode_table(table, tokens.token_dtype(vocab_size), row_group_tokens)
+                           if table.num_rows else (b"", None))
         if shard is not None:
+            shard = named(index, shard)
             store.put(shard.path, data)
     result = work.PhaseTwo(index, shard, duplicates)
     work.put_json(scratch, work.done2_path(run_key, index), work.marker(result))

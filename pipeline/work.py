@@ -6,7 +6,8 @@ reads and of the configuration). Phase 2 (drop duplicates → final shard) leave
 by the run key (a hash of every partition key), because which rows it drops depends on the
 whole input. A rerun of the same command finds the markers and redoes only what is missing.
 Work files live on the primary replica only and are deleted once the manifest is committed;
-readers never see them (the manifest is the index).
+readers never see them (the manifest is the index), and ``python -m storage gc`` leaves them
+alone while any is younger than its grace period (a run in progress).
 """
 
 from __future__ import annotations
@@ -19,9 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from storage import ObjectInfo, ReplicaSet, ShardInfo
-
-WORK_DIR = "_work"
+from storage import WORK_DIR, ObjectInfo, ReplicaSet, ShardInfo
 
 
 @dataclass

@@ -7,10 +7,14 @@ from storage.layout import (
     QUARANTINE_DIR,
     SHARDS_DIR,
     TOKENIZER,
+    VERSIONS_DIR,
+    WORK_DIR,
     UnsafePathError,
     quarantine_name,
     safe_relative,
     shard_name,
+    tokenizer_name,
+    version_name,
 )
 from storage.manifest import (
     DatasetNotFoundError,
@@ -31,6 +35,7 @@ from storage.replicas import (
     ReplicaSet,
 )
 from storage.urls import Location, display_url, redact, resolve
+from storage.versions import Version, commit, store_versions
 
 __all__ = [
     "MANIFEST", "QUARANTINE_DIR", "SHARDS_DIR", "TOKENIZER", "ChecksumMismatchError",
@@ -38,4 +43,6 @@ __all__ = [
     "ReplicaError", "ReplicaSet", "RowGroupInfo", "ShardInfo", "TokenizerInfo", "UnsafePathError",
     "digest_bytes", "digest_stream", "display_url", "quarantine_name", "read_manifest", "redact",
     "resolve", "safe_relative", "shard_name", "tokens", "write_atomic", "write_manifest",
+    "VERSIONS_DIR", "WORK_DIR", "Version", "commit", "store_versions", "tokenizer_name",
+    "version_name",
 ]

@@ -34,8 +34,9 @@ def rows(dataset: str) -> list[tuple[str, list[int]]]:
 
 
 def decoded(dataset: str) -> list[tuple[str, str]]:
-    tok = Tokenizer.from_file(str(Path(dataset) / "tokenizer.json"))
-    eos = read_manifest(dataset).eos_id
+    m = read_manifest(dataset)
+    tok = Tokenizer.from_file(str(Path(dataset) / m.tokenizer.path))
+    eos = m.eos_id
     out = []
     for doc, ids in rows(dataset):
         assert ids[-1] == eos and eos not in ids[:-1]

@@ -1,0 +1,175 @@
+"""Dataset versions: the manifest swap that commits one, and the history admin tools list.
+
+A committed version is immutable: every object its manifest names is content-addressed (see
+:mod:`storage.layout`), so a rebuild writes new names next to the old ones and the one atomic
+put of ``manifest.json`` is what switches readers over; a reader that opened the old manifest
+finishes on the old objects. After each swap an immutable copy of the manifest is kept as
+``_versions/<sequence>-<manifest sha16>.json`` (none when the manifest is the latest one's:
+an identical rerun adds no version). The manifest itself holds no timestamp or counter, so it
+stays byte-identical across reruns; a version's commit time is its record's mtime.
+
+Only admin tools and the writer list ``_versions/``; readers never list anything.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from storage.checksums import digest_bytes
+from storage.layout import MANIFEST, NAME_HASH, VERSIONS_DIR, parse_version_name, version_name
+from storage.manifest import Manifest, ManifestError
+from storage.replicas import ReplicaSet
+from storage.urls import Location
+
+
+@dataclass(frozen=True)
+class Version:
+    """One record under ``_versions/``: the ``sequence``-th manifest committed."""
+
+    sequence: int
+    tag: str  # the manifest's sha256, first 16 hex digits
+    path: str
+    bytes: int
+    mtime: float | None  # commit time, where the store reports one
+
+
+def mtime_of(info: dict[str, Any]) -> float | None:
+    """The modification time in an fsspec ``info`` dict (local, S3, GCS, ... spell it apart)."""
+    for key in ("mtime", "LastModified", "last_modified", "updated", "mtime_ns", "created"):
+        value = info.get(key)
+        if value is None:
+            continue
+        if isinstance(value, dt.datetime):
+            if value.tzinfo is None:
+                value = value.replace(tzinfo=dt.timezone.utc)
+            return value.timestamp()
+        if isinstance(value, str):
+            try:
+                return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+        if isinstance(value, int | float):
+            return float(value) / (1e9 if key == "mtime_ns" else 1.0)
+    return None
+
+
+def list_tree(loc: Location, relative: str = "") -> dict[str, dict[str, Any]]:
+    """Every object under ``relative`` (the whole dataset by default): relative path -> info.
+
+    Never cached: s3fs keeps listings, and a stale one would hide what a writer just added.
+    """
+    fs, top = loc.fs, loc.path(relative).rstrip("/")
+    fs.invalidate_cache(top)
+    found = fs.find(top, detail=True, withdirs=False)
+    root = loc.root.rstrip("/") + "/"
+    out = {}
+    for name, info in found.items():
+        name = name.rstrip("/")
+        if name.startswith(root) and info.get("type", "file") != "directory":
+            out[name[len(root):]] = info
+    return out
+
+
+def list_versions(loc: Location) -> list[Version]:
+    """The version records of one replica, oldest first."""
+    out = []
+    for rel, info in list_tree(loc, VERSIONS_DIR).items():
+        parsed = parse_version_name(rel)
+        if parsed:
+            out.append(Version(parsed[0], parsed[1], rel, int(info.get("size") or 0),
+                               mtime_of(info)))
+    return sorted(out, key=lambda v: (v.sequence, v.tag))
+
+
+def store_versions(store: ReplicaSet) -> list[Version]:
+    """The version records of the first replica that can be listed."""
+    errors = []
+    for replica in store.read_order():
+        try:
+            return list_versions(replica.loc)
+        except Exception as exc:
+            errors.append(f"{replica.name}: {type(exc).__name__}: {exc}"[:300])
+    raise OSError("cannot list versions on any replica: " + "; ".join(errors))
+
+
+def manifest_tag(data: bytes) -> str:
+    return digest_bytes(data)[:NAME_HASH]
+
+
+def commit(store: ReplicaSet, manifest: Manifest, log: TextIO | None = None) -> Version | None:
+    """Commit ``manifest``: swap ``manifest.json`` (one atomic put), then record the version.
+
+    Returns the new record, or ``None`` when the manifest is the latest version's already.
+    A failure to record is reported on ``log`` and not raised: the dataset *is* committed, and
+    the next commit records it.
+    """
+    data = manifest.to_json().encode("utf-8")
+    store.put(MANIFEST, data)  # the commit: what readers see changes here and only here
+    tag = manifest_tag(data)
+    try:
+        history = store_versions(store)
+        if history and history[-1].tag == tag:
+            return None
+        path = version_name(history[-1].sequence + 1 if history else 1, digest_bytes(data))
+        store.put(path, data)
+    except OSError as exc:
+        if log is not None:
+            print(f"warning: committed, but the version record was not written: {exc}",
+                  file=log)
+        return None
+    return Version(parse_version_name(path)[0], tag, path, len(data), None)  # type: ignore[index]
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """A version as ``inspect`` shows it."""
+
+    version: Version | None  # None: the current manifest has no record (older dataset)
+    current: bool
+    shards: int = 0
+    tokens: int = 0
+    error: str = ""
+
+
+def history(store: ReplicaSet) -> list[HistoryEntry]:
+    """Every recorded version with its size, oldest first, and which one is current."""
+    try:
+        current = manifest_tag(store.get(MANIFEST))
+    except FileNotFoundError:
+        current = None
+    out: list[HistoryEntry] = []
+    for v in store_versions(store):
+        try:
+            m = Manifest.from_json(store.get(v.path).decode("utf-8"), source=v.path)
+            out.append(HistoryEntry(v, v.tag == current, len(m.shards), m.total_tokens))
+        except (OSError, ManifestError, UnicodeDecodeError) as exc:
+            out.append(HistoryEntry(v, v.tag == current, error=f"{type(exc).__name__}: {exc}"))
+    if current and not any(e.current for e in out):
+        m = store.read_manifest()
+        out.append(HistoryEntry(None, True, len(m.shards), m.total_tokens))
+    return out
+
+
+def _when(t: float | None) -> str:
+    if t is None:
+        return "-"
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def render_history(entries: list[HistoryEntry]) -> str:
+    lines = [f"{'version':>8}  {'manifest':16}  {'shards':>6}  {'tokens':>15}  "
+             f"{'committed':23}"]
+    for e in entries:
+        seq = str(e.version.sequence) if e.version else "-"
+        tag = e.version.tag if e.version else "(no record)"
+        mark = "  <- current" if e.current else ""
+        detail = (f"unreadable: {e.error}"[:120] if e.error
+                  else f"{e.shards:>6}  {e.tokens:>15,}")
+        lines.append(f"{seq:>8}  {tag:16}  {detail}  "
+                     f"{_when(e.version.mtime if e.version else None):23}{mark}".rstrip())
+    if not entries:
+        lines.append("  (no committed version)")
+    return "\n".join(lines)
+
