@@ -31,6 +31,27 @@ def test_inspect_prints_summary(tiny_dataset: str) -> None:
     assert out.returncode == 0, out.stderr
     assert re.search(r"tokens\s+[\d,]{7,}", out.stdout)
     assert "gpt2 (vocab 50257" in out.stdout
+    versions = out.stdout.split("\nversions", 1)[1].splitlines()[2:]
+    assert len(versions) == 1 and versions[0].split()[0] == "1"
+    assert versions[0].endswith("<- current")
+
+
+def test_storage_options_from_a_file(tiny_dataset: str, tmp_path: Path) -> None:
+    """@FILE keeps secrets out of /proc/PID/cmdline; a bad file is named, its content never
+    shown."""
+    opts = tmp_path / "opts.json"
+    opts.write_text('{"auto_mkdir": true}')
+    assert _cli("inspect", tiny_dataset, "--storage-options", f"@{opts}").returncode == 0
+    opts.write_text('["secret-value-123"]')
+    for sub in ("inspect", "run"):
+        out = _cli(sub, tiny_dataset, "--storage-options", f"@{opts}")
+        assert out.returncode == 2
+        assert f"file {opts} must be a JSON object" in out.stderr
+        assert "secret-value-123" not in out.stderr
+    out = _cli("run", "--output", str(tmp_path / "ds"), "--storage-options",
+               f"@{tmp_path / 'missing.json'}")
+    assert out.returncode == 2 and "missing.json: No such file" in out.stderr
+    assert "@FILE" in _cli("run", "--help").stdout
 
 
 def test_inspect_missing_dataset_is_a_clear_error(tmp_path: Path) -> None:
