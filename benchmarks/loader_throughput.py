@@ -15,7 +15,11 @@ Loaders measured (``CONFIGS`` below; medians over ``--runs`` full epochs, warm p
 - ``shardflow_local_bt`` / ``shardflow_local_rt4``: the local default with one setting changed,
   ``batch_thread=True`` (the trainer's: batches built ahead on a background thread, which a
   caller that only iterates pays for in hand-offs) or ``read_threads=4`` (the default is 2).
-- ``shardflow_local_w2``: the same with ``num_workers=2`` (context: the cost of worker IPC).
+- ``shardflow_local_w2`` / ``shardflow_local_w4``: the same with ``num_workers=2`` / ``4``:
+  each worker owns a contiguous run of the rank's lanes and decodes only its row groups; the
+  main process concatenates the workers' parts of each batch. ``--workers-sweep`` measures
+  just ``shardflow_local`` and these two (local data only, no peers or S3 server needed) into
+  ``loader_throughput_workers.json``.
 - ``pyarrow_rowgroups``: a bare ``ParquetFile.read_row_group`` loop over the same local shards,
   one thread, no shuffle, no checksums, no read-ahead, cut into the same batches in source
   order: the ceiling of the format (aim: Shardflow >= 0.8x).
@@ -72,7 +76,7 @@ BATCH, SEQ = 8, 2048
 WIDTH = SEQ + 1
 PEERS = ("mosaic", "litdata")
 CONFIGS = ("shardflow_local", "shardflow_s3", "shardflow_s3_cached", "shardflow_local_bt",
-           "shardflow_local_rt4", "shardflow_local_w2",
+           "shardflow_local_rt4", "shardflow_local_w2", "shardflow_local_w4",
            "pyarrow_rowgroups",
            "mosaic_inproc", "mosaic_w2", "mosaic_w2fs",
            "litdata_inproc", "litdata_w2", "litdata_w2fs")
@@ -245,7 +249,7 @@ def _status_mb(field: str) -> float:
 def _make_source(config: str, spec: dict[str, Any]) -> Callable[[], Iterator[Any]]:
     """A function that starts one epoch of ``config`` and yields its batches."""
     kind = config.split("_")[0]
-    workers = 2 if "_w2" in config else 0
+    workers = 4 if "_w4" in config else 2 if "_w2" in config else 0
     if config.endswith("_w2fs"):
         import torch.multiprocessing
 
@@ -483,7 +487,7 @@ def print_table(results: dict[str, dict[str, Any]], summary: dict[str, Any]) -> 
         if "error" in r:
             print(f"{name:20} failed")
             continue
-        worker = f"{r['peak_worker_rss_mb']:8.0f}MB" if "_w2" in name else f"{'-':>10}"
+        worker = f"{r['peak_worker_rss_mb']:8.0f}MB" if "_w" in name else f"{'-':>10}"
         print(f"{name:20} {r['mtok_per_s']:8.1f} {r.get('x_peers_best_rate', 0):7.2f} "
               f"{r['cpu_s_per_gtok']:11.1f} {r.get('x_peers_lowest_cpu', 0):8.2f} "
               f"{r['first_batch_s']:8.2f}s {r['peak_rss_mb']:7.0f}MB {worker}")
@@ -521,6 +525,40 @@ def plot(results: dict[str, dict[str, Any]], summary: dict[str, Any], path: Path
     fig.savefig(path, dpi=110)
 
 
+def workers_sweep(args: argparse.Namespace) -> int:
+    """CPU per token of the default loader with 0, 2 and 4 DataLoader workers (local data)."""
+    from benchmarks.bench_utils import write_token_dataset
+    from storage import ReplicaSet
+
+    n_tokens, runs = int(args.tokens), args.runs
+    data = args.workdir / f"workers-{n_tokens}"
+    shutil.rmtree(data, ignore_errors=True)
+    data.mkdir(parents=True)
+    tokens = np.resize(base_tokens(args.workdir), n_tokens)
+    shards = max(2, n_tokens // 4_000_000)
+    spec = {"local_url": str(data / "shardflow"), "s3_url": "", "s3_options": None,
+            "runs": runs}
+    write_token_dataset(ReplicaSet.from_urls([spec["local_url"]]), tokens, shards)
+    results = {}
+    try:
+        for config in ("shardflow_local", "shardflow_local_w2", "shardflow_local_w4"):
+            results[config] = r = measure(config, spec)
+            if "error" not in r:
+                print(f"  {config:20} {r['mtok_per_s']:8.1f} Mtok/s  "
+                      f"{r['cpu_s_per_gtok']:8.1f} CPU-s/Gtok")
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+    base = results["shardflow_local"]["cpu_s_per_gtok"]
+    for r in results.values():
+        if "error" not in r:
+            r["x_in_process_cpu"] = r["cpu_s_per_gtok"] / base
+    path = write_results("loader_throughput_workers", {
+        "tokens": n_tokens, "shards": shards, "batch": BATCH, "seq_len": SEQ, "runs": runs,
+        "configs": results})
+    print(f"results: {path}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -534,6 +572,8 @@ def main() -> int:
                              "(same --tokens and --runs) instead of replacing it")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/shardflow-loader-bench"),
                         help="where the datasets are written (removed afterwards)")
+    parser.add_argument("--workers-sweep", action="store_true",
+                        help="only shardflow_local with 0, 2 and 4 DataLoader workers")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -541,6 +581,8 @@ def main() -> int:
         print("RESULT " + json.dumps(run_child(args.child, json.loads(args.spec))), flush=True)
         return 0
 
+    if args.workers_sweep:
+        return workers_sweep(args)
     from storage.testing import start_servers
 
     n_tokens, runs, configs = int(args.tokens), args.runs, CONFIGS

@@ -20,15 +20,20 @@ class BatchFormat:
     return_position_ids: bool = False
 
 
-def make_batch(fmt: BatchFormat, samples: np.ndarray, windows: list[np.ndarray]
+def make_batch(fmt: BatchFormat, samples: np.ndarray, windows: list[np.ndarray] | np.ndarray
                ) -> dict[str, torch.Tensor]:
-    """``{"input_ids": [n, L], "labels": [n, L]}`` (int64) and the optional keys."""
+    """``{"input_ids": [n, L], "labels": [n, L]}`` (int64) and the optional keys, from the
+    windows (a list of ``L + 1`` token arrays, or one ``[n, L + 1]`` array)."""
     n, length = len(windows), fmt.seq_len
     inputs = np.empty((n, length), dtype=np.int64)
     labels = np.empty((n, length), dtype=np.int64)
-    for i, w in enumerate(windows):
-        inputs[i] = w[:-1]
-        labels[i] = w[1:]
+    if isinstance(windows, np.ndarray):
+        inputs[:] = windows[:, :-1]
+        labels[:] = windows[:, 1:]
+    else:
+        for i, w in enumerate(windows):
+            inputs[i] = w[:-1]
+            labels[i] = w[1:]
     batch = {"input_ids": torch.from_numpy(inputs), "labels": torch.from_numpy(labels)}
     if fmt.return_position_ids:
         assert fmt.eos_id is not None
@@ -54,8 +59,45 @@ def batches(fmt: BatchFormat, samples: np.ndarray, windows: Iterator[np.ndarray]
             close()  # stops the read-ahead now, not when garbage collection gets to it
 
 
-def concat(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """The batch made of workers' parts, in worker order."""
-    if len(parts) == 1:
-        return parts[0]
-    return {key: torch.cat([p[key] for p in parts]) for key in parts[0]}
+def window_chunks(samples: np.ndarray, windows: Iterator[np.ndarray], sizes: list[int],
+                  seq_len: int, per_chunk: int) -> Iterator[dict[str, torch.Tensor]]:
+    """What a DataLoader worker sends: for every ``per_chunk`` consecutive batches, its part
+    of each (``sizes[k]`` samples, 0 allowed) as ONE int32 ``[rows, seq_len + 1]`` tensor of
+    raw windows, with the sample ids and the per-batch counts. Few, compact items: a hand-off
+    between processes costs per item far more than building a batch, and int32 windows are a
+    quarter of the bytes of int64 inputs and labels."""
+    it = iter(windows)
+    lo = 0
+    try:
+        for k0 in range(0, len(sizes), per_chunk):
+            counts = sizes[k0:k0 + per_chunk]
+            rows = sum(counts)
+            out = np.empty((rows, seq_len + 1), dtype=np.int32)
+            for i in range(rows):
+                out[i] = next(it)
+            yield {"windows": torch.from_numpy(out),
+                   "samples": torch.from_numpy(np.ascontiguousarray(samples[lo:lo + rows])),
+                   "counts": torch.tensor(counts, dtype=torch.int64)}
+            lo += rows
+    finally:
+        close = getattr(windows, "close", None) or getattr(it, "close", None)
+        if close is not None:
+            close()
+
+
+def batches_from_chunks(fmt: BatchFormat, chunks: list[dict[str, torch.Tensor]]
+                        ) -> Iterator[dict[str, torch.Tensor]]:
+    """The batches of one chunk from every worker (in worker order): batch ``k`` is each
+    worker's ``counts[k]`` rows, concatenated in worker order."""
+    offsets = [0] * len(chunks)
+    wins = [c["windows"].numpy() for c in chunks]
+    ids = [c["samples"].numpy() for c in chunks]
+    counts = [c["counts"].tolist() for c in chunks]
+    for k in range(len(counts[0])):
+        parts_w, parts_s = [], []
+        for w, cnt in enumerate(counts):
+            lo, hi = offsets[w], offsets[w] + cnt[k]
+            parts_w.append(wins[w][lo:hi])
+            parts_s.append(ids[w][lo:hi])
+            offsets[w] = hi
+        yield make_batch(fmt, np.concatenate(parts_s), np.concatenate(parts_w))

@@ -16,7 +16,9 @@ Two ways to run, same batches in the same order:
   run of the rank's lanes: each produces its lanes' part of every batch, reading and
   decoding only its own row groups (bar a block cut by a lane boundary), and the main
   process concatenates the parts in worker order, which is the batch's order. At most one
-  worker per lane (more are not started).
+  worker per lane (more are not started). A worker sends its parts of 8 batches at a time
+  as one int32 tensor of raw windows; the int64 inputs and labels are built here, as in the
+  in-process path (a hand-off between processes costs per item far more than a batch does).
 
 ``state_dict()`` is the :class:`loaders.plan.Progress` value plus the plan's identity (a
 handful of integers); ``load_state_dict()`` continues the exact sequence, also on another
@@ -37,7 +39,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from loaders import plan
-from loaders.batches import BatchFormat, batches, concat
+from loaders.batches import BatchFormat, batches, batches_from_chunks, window_chunks
 from loaders.dataset import dist_rank_world, make_layout, open_source
 from loaders.plan import Layout, Progress
 from loaders.settings import LoaderSettings
@@ -45,6 +47,9 @@ from loaders.source import Source
 from loaders.state import STATE_VERSION, LoaderStateError, check_state, make_state
 
 __all__ = ["STATE_VERSION", "LoaderStateError", "ShardflowLoader", "build_dataloader"]
+
+#: Batches whose parts a DataLoader worker sends as one item (one int32 tensor of windows).
+CHUNK_BATCHES = 8
 
 
 class _WorkerParts(IterableDataset):
@@ -70,7 +75,8 @@ class _WorkerParts(IterableDataset):
         positions, counts = plan.worker_parts(lanes, m, layout, progress, worker,
                                               self.num_workers)
         mine = plan.sequence(block, layout, progress)[positions]
-        return batches(self.format, mine, self.source.windows(mine), counts.tolist())
+        return window_chunks(mine, self.source.windows(mine), counts.tolist(),
+                             self.format.seq_len, CHUNK_BATCHES)
 
 
 class ShardflowLoader(Stateful):
@@ -165,15 +171,15 @@ class ShardflowLoader(Stateful):
         parts = _WorkerParts(self.source, self.layout, self.progress, self.format,
                              self.num_workers)
         loader = DataLoader(parts, batch_size=None, num_workers=self.num_workers,
-                            pin_memory=self.pin_memory, prefetch_factor=self.prefetch_factor,
-                            persistent_workers=False)
+                            prefetch_factor=self.prefetch_factor, persistent_workers=False)
         return self._count(self._assemble(iter(loader), self.remaining()))
 
-    def _assemble(self, parts: Iterator[dict[str, torch.Tensor]], n_batches: int
+    def _assemble(self, chunks: Iterator[dict[str, torch.Tensor]], n_batches: int
                   ) -> Iterator[dict[str, torch.Tensor]]:
-        """Batches from the workers' parts: the DataLoader hands them round-robin."""
-        for _ in range(n_batches):
-            yield concat([next(parts) for _ in range(self.num_workers)])
+        """Batches from the workers' chunks: the DataLoader hands them round-robin."""
+        for _ in range(-(-n_batches // CHUNK_BATCHES)):
+            yield from batches_from_chunks(self.format,
+                                           [next(chunks) for _ in range(self.num_workers)])
 
     def _count(self, source: Iterator[dict[str, torch.Tensor]]
                ) -> Iterator[dict[str, torch.Tensor]]:
@@ -185,7 +191,7 @@ class ShardflowLoader(Stateful):
                 except StopIteration:
                     return
                 self._wait_s += time.perf_counter() - t0
-                if self.pin_memory and self.num_workers == 0:
+                if self.pin_memory:
                     batch = {k: v.pin_memory() for k, v in batch.items()}
                 self.progress = plan.advance(self.progress, self.layout, self._lane_len,
                                              len(batch["input_ids"]))
