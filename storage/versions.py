@@ -98,28 +98,50 @@ def manifest_tag(data: bytes) -> str:
     return digest_bytes(data)[:NAME_HASH]
 
 
+def _record(store: ReplicaSet, history: list[Version], data: bytes) -> Version | None:
+    """Add ``data`` as the next version unless it is the latest one already."""
+    tag = manifest_tag(data)
+    if history and history[-1].tag == tag:
+        return None
+    sequence = history[-1].sequence + 1 if history else 1
+    path = version_name(sequence, digest_bytes(data))
+    store.put(path, data)
+    version = Version(sequence, tag, path, len(data), None)
+    history.append(version)
+    return version
+
+
 def commit(store: ReplicaSet, manifest: Manifest, log: TextIO | None = None) -> Version | None:
     """Commit ``manifest``: swap ``manifest.json`` (one atomic put), then record the version.
 
-    Returns the new record, or ``None`` when the manifest is the latest version's already.
-    A failure to record is reported on ``log`` and not raised: the dataset *is* committed, and
-    the next commit records it.
+    A live manifest that has no record yet (a dataset written before versions were recorded,
+    or a commit whose record was lost) is recorded first, so that its history, and gc's
+    protection of a version superseded moments ago, cover it too. Returns the new record, or
+    ``None`` when the manifest is the latest version's already. A failure to record is
+    reported on ``log`` and not raised: the dataset *is* committed; the next commit records it.
     """
     data = manifest.to_json().encode("utf-8")
-    store.put(MANIFEST, data)  # the commit: what readers see changes here and only here
-    tag = manifest_tag(data)
+    history: list[Version] | None = None
     try:
         history = store_versions(store)
-        if history and history[-1].tag == tag:
-            return None
-        path = version_name(history[-1].sequence + 1 if history else 1, digest_bytes(data))
-        store.put(path, data)
+        live = store.get(MANIFEST)
+        if manifest_tag(live) not in {v.tag for v in history}:
+            _record(store, history, live)
+    except FileNotFoundError:
+        pass  # the first commit
     except OSError as exc:
-        if log is not None:
-            print(f"warning: committed, but the version record was not written: {exc}",
-                  file=log)
+        _warn(log, f"the live version could not be recorded before the swap: {exc}")
+    store.put(MANIFEST, data)  # the commit: what readers see changes here and only here
+    try:
+        return _record(store, store_versions(store) if history is None else history, data)
+    except OSError as exc:
+        _warn(log, f"committed, but the version record was not written: {exc}")
         return None
-    return Version(parse_version_name(path)[0], tag, path, len(data), None)  # type: ignore[index]
+
+
+def _warn(log: TextIO | None, message: str) -> None:
+    if log is not None:
+        print(f"warning: {message}", file=log)
 
 
 @dataclass(frozen=True)

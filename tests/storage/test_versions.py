@@ -214,3 +214,19 @@ def test_gc_on_replicas_needs_every_replica(tmp_path: Path) -> None:
                                                           "retries": {"max_attempts": 1}}})
     with pytest.raises(GcError, match="needs every replica"):
         collect(unreachable, keep=1, now=time.time() + LATER)
+
+
+def test_a_rebuild_over_an_older_dataset_records_it_first(tmp_path: Path) -> None:
+    """A live manifest without a record (written before versions were) becomes version 1
+    when a new one is committed, so a reader mid-epoch on it is protected like any other."""
+    store = ReplicaSet.from_urls([str(tmp_path / "ds")])
+    old = write_version(store, [b"legacy"])
+    store.put(MANIFEST, old.to_json().encode())
+    new = write_version(store, [b"rebuilt"], tok=b'{"tok": 2}')
+    assert commit(store, new).sequence == 2
+    versions = store_versions(store)
+    assert [v.sequence for v in versions] == [1, 2]
+    assert store.get(versions[0].path) == old.to_json().encode()
+    assert collect(store, keep=1).removed == []  # superseded just now: kept
+    report = collect(store, keep=1, now=time.time() + LATER)
+    assert {r.path for r in report.objects} == {old.shards[0].path, old.tokenizer.path}
