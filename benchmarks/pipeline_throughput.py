@@ -2,16 +2,26 @@
 
 Builds a corpus of real English text found on the machine (the Shakespeare plays and the
 text/reST/Markdown docs shipped in site-packages), repeated with deterministic variation so
-that dedup keeps it, and measures tokens/s of:
+that dedup keeps it, and measures tokens/s of, each in a fresh child process:
 
-* ``bare``: ``Tokenizer.encode_batch_fast`` over the same texts with all cores (rayon threads),
-  no I/O — the ceiling;
-* ``pipeline_N``: ``python -m pipeline``'s job end to end with N workers (cluster start included);
-* ``hf_datasets``: HF ``datasets`` ``load_dataset("json") + map(batched, num_proc=cores)``;
-* ``pandas``: one process, ``pandas.read_json`` + ``encode_batch_fast`` + ``to_parquet``.
+* ``bare``: HF ``Tokenizer.encode_batch_fast`` over the same texts with all cores (rayon
+  threads), no I/O; ``bare_fastokens`` and ``bare_tiktoken``: the candidate fast encoders
+  alone on the same texts (fastokens on one thread: it has no pool; tiktoken with a thread per
+  core), each with a checksum of its ids so that exactness against HF is checked here too;
+* ``pipeline_N``: ``python -m pipeline``'s job end to end with N workers (cluster start
+  included), with its default encoder (the exact fast path, ``pipeline/fast_bpe.py``);
+  ``pipeline_hf_N``: the same with ``SHARDFLOW_TOKENIZER_ENGINE=hf`` (HF ``tokenizers``);
+* ``datatrove``: its ``JsonlReader`` → Shardflow's cleaning → its exact dedup (3 stages) →
+  ``DocumentTokenizer``, N tasks on N processes (``benchmarks/peers/datatrove_job.py``);
+* ``ray_data``: ``read_json`` → ``map_batches`` (cleaning + tokenize) → ``write_parquet``,
+  ``num_cpus=N`` (``benchmarks/peers/ray_job.py``; no dedup: Ray Data has none);
+* with ``--extra``: ``hf_datasets`` (``load_dataset("json") + map(num_proc=N)``) and
+  ``pandas`` (one process, ``read_json`` + ``encode_batch_fast`` + ``to_parquet``).
 
-Medians over ``--runs``; JSON to benchmarks/results/pipeline_throughput.json and a PNG plot.
-``--quick`` (~5 MB, one run) is a smoke test that finishes in under a minute.
+The peers run in their own virtual environment, ``benchmarks/.peers-venv``, built on first
+use from ``benchmarks/peers/requirements.txt``. Medians over ``--runs``; JSON to
+benchmarks/results/pipeline_throughput.json and a PNG plot. ``--quick`` (~5 MB, one run) is a
+smoke test.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ import json
 import os
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_utils import RESULTS, machine, median, run_child, write_results  # noqa: E402
+from benchmarks.bench_utils import RESULTS, ROOT, machine, median, write_results  # noqa: E402
 
 CORPUS_DIR = Path(__file__).resolve().parents[1] / "data" / "bench_corpus"
 
@@ -104,6 +115,18 @@ def _texts(files: list[Path]) -> list[str]:
 
 # -- the measured methods, each in a fresh child process ------------------------------------
 
+def _checksum(chunks: list) -> str:
+    import hashlib
+
+    import numpy as np
+
+    h = hashlib.blake2b(digest_size=16)
+    for ids in chunks:
+        h.update(np.asarray(ids, dtype=np.int32).tobytes())
+        h.update(b"|")
+    return h.hexdigest()
+
+
 def child_bare(files: list[Path]) -> dict:
     from tokenizers import Tokenizer
 
@@ -112,11 +135,50 @@ def child_bare(files: list[Path]) -> dict:
     texts = _texts(files)
     tok = Tokenizer.from_str(gpt2().json)
     t = time.perf_counter()
-    n = 0
+    n, out = 0, []
     for lo in range(0, len(texts), 4096):
-        n += sum(len(e.ids) for e in tok.encode_batch_fast(texts[lo:lo + 4096],
-                                                            add_special_tokens=False))
-    return {"seconds": time.perf_counter() - t, "tokens": n}
+        ids = [e.ids for e in tok.encode_batch_fast(texts[lo:lo + 4096],
+                                                    add_special_tokens=False)]
+        n += sum(map(len, ids))
+        out += ids
+    return {"seconds": time.perf_counter() - t, "tokens": n, "checksum": _checksum(out)}
+
+
+def child_bare_fastokens(files: list[Path]) -> dict:
+    import numpy as np
+
+    from pipeline.fast_bpe import FastBPE
+    from pipeline.tokenizing import gpt2
+
+    texts = _texts(files)
+    fast = FastBPE(gpt2().json)
+    t = time.perf_counter()
+    parts = [fast.encode_flat(texts[lo:lo + 4096]) for lo in range(0, len(texts), 4096)]
+    seconds = time.perf_counter() - t
+    lengths = np.concatenate([p[0] for p in parts])
+    values = np.concatenate([p[1] for p in parts])
+    docs = np.split(values, np.cumsum(lengths)[:-1])
+    return {"seconds": seconds, "tokens": int(values.size), "checksum": _checksum(docs)}
+
+
+def child_bare_tiktoken(files: list[Path], threads: int) -> dict:
+    import tiktoken
+    import tiktoken.load
+
+    from pipeline.fast_bpe import GPT2_PATTERN
+    from pipeline.tokenizing import GPT2_EOS, _gpt2_files
+
+    texts = _texts(files)
+    encoder_json, vocab_bpe = _gpt2_files()
+    ranks = tiktoken.load.data_gym_to_mergeable_bpe_ranks(vocab_bpe, encoder_json)
+    enc = tiktoken.Encoding("gpt2-local", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
+                            special_tokens={GPT2_EOS: 50256})
+    t = time.perf_counter()
+    out = []
+    for lo in range(0, len(texts), 4096):
+        out += enc.encode_batch(texts[lo:lo + 4096], num_threads=threads, allowed_special="all")
+    return {"seconds": time.perf_counter() - t, "tokens": sum(map(len, out)),
+            "checksum": _checksum(out)}
 
 
 def child_pipeline(files: list[Path], workers: int) -> dict:
@@ -188,12 +250,79 @@ def child_pandas(files: list[Path]) -> dict:
         shutil.rmtree(out, ignore_errors=True)
 
 
+def child_peer(kind: str, files: list[Path], workers: int) -> dict:
+    """datatrove or Ray Data, run by the peers' own interpreter (``benchmarks/.peers-venv``)."""
+    from tokenizers import Tokenizer
+
+    # GPT-2 exactly as the pipeline has it (the file that its dataset ships)
+    tok_json = Path(files[0]).parent / "gpt2-tokenizer.json"
+    tok = Tokenizer.from_file(str(tok_json))
+    eos = "<|endoftext|>"
+    paths = [str(f) for f in files]
+    if kind == "datatrove":
+        from benchmarks.peers import datatrove_job
+
+        res = datatrove_job.run(paths, workers, str(tok_json), eos)
+    else:
+        from benchmarks.peers import ray_job
+
+        res = ray_job.run(paths, workers, str(tok_json), tok.token_to_id(eos))
+    return {**res, "tokens": res["tokens_written"]}
+
+
 def _child_main(argv: list[str]) -> None:
     method, files = argv[0], [Path(p) for p in argv[2:]]
     arg = int(argv[1])
-    result = {"bare": lambda: child_bare(files), "pipeline": lambda: child_pipeline(files, arg),
+    result = {"bare": lambda: child_bare(files),
+              "bare_fastokens": lambda: child_bare_fastokens(files),
+              "bare_tiktoken": lambda: child_bare_tiktoken(files, arg),
+              "pipeline": lambda: child_pipeline(files, arg),
+              "datatrove": lambda: child_peer("datatrove", files, arg),
+              "ray": lambda: child_peer("ray", files, arg),
               "hf": lambda: child_hf(files, arg), "pandas": lambda: child_pandas(files)}[method]()
     print(json.dumps(result))
+
+
+PEERS_VENV = Path(__file__).resolve().parent / ".peers-venv"
+
+
+def peers_python() -> Path:
+    """The peers' interpreter, building their environment on first use."""
+    python = PEERS_VENV / "bin" / "python"
+    if not python.exists():
+        print(f"building the peers' environment in {PEERS_VENV} (once)", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(PEERS_VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "-r",
+                        str(Path(__file__).resolve().parent / "peers" / "requirements.txt")],
+                       check=True)
+    return python
+
+
+def run_child_with(python: Path | str, args: list[str], threads: int,
+                   env: dict[str, str] | None = None) -> dict:
+    """``bench_utils.run_child`` with a chosen interpreter and extra environment."""
+    full = {**os.environ, "RAYON_NUM_THREADS": str(threads), "OMP_NUM_THREADS": "1",
+            "TOKENIZERS_PARALLELISM": "true", "PYTHONPATH": str(ROOT), **(env or {})}
+    load = os.getloadavg()[0]
+    out = subprocess.run([str(python), *args], env=full, capture_output=True, text=True,
+                         cwd=ROOT, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"{args[:3]} failed:\n{out.stderr[-3000:]}")
+    # the machine is shared: the 1-minute load average before and after says how much
+    # of it others were using while this ran
+    return {**json.loads(out.stdout.strip().splitlines()[-1]),
+            "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2)}
+
+
+COLORS = {"bare": "#777", "pipeline": "#3a7", "peer": "#c84", "other": "#58b"}
+
+
+def _kind(name: str) -> str:
+    if name.startswith("bare"):
+        return "bare"
+    if name.startswith("pipeline"):
+        return "pipeline"
+    return "peer" if name in ("datatrove", "ray_data") else "other"
 
 
 def plot(results: dict, path: Path) -> None:
@@ -204,14 +333,33 @@ def plot(results: dict, path: Path) -> None:
 
     names = list(results["tokens_per_s"])
     values = [results["tokens_per_s"][n] / 1e6 for n in names]
-    fig, ax = plt.subplots(figsize=(8, 4))
-    ax.bar(names, values, color=["#777" if n == "bare" else "#3a7" for n in names])
-    ax.set_ylabel("Mtokens/s (median)")
-    ax.set_title(f"GPT-2 BPE, {results['corpus_mb']:.0f} MB JSONL, {results['cores']} cores")
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    ax.bar(names, values, color=[COLORS[_kind(n)] for n in names])
+    ax.set_yscale("log")
+    ax.set_ylabel("Mtokens/s (median, log scale)")
+    ax.set_title(f"GPT-2 BPE, {results['corpus_mb']:.0f} MB JSONL, {results['cores']} cores, "
+                 f"medians of {results['runs']}")
     for i, v in enumerate(values):
         ax.text(i, v, f"{v:.2f}", ha="center", va="bottom")
+    ax.tick_params(axis="x", labelrotation=25)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def _plan(cores: int, args: argparse.Namespace) -> list[tuple[str, str, str, int]]:
+    """(name, child method, its argument, tokenizer threads) in the order they run."""
+    plan = [("bare", "bare", "0", cores), ("bare_fastokens", "bare_fastokens", "0", 1)]
+    if importlib.util.find_spec("tiktoken"):
+        plan.append(("bare_tiktoken", "bare_tiktoken", str(cores), cores))
+    plan += [("pipeline_1", "pipeline", "1", 1), (f"pipeline_{cores}", "pipeline", str(cores), 1),
+             (f"pipeline_hf_{cores}", "pipeline", str(cores), 1)]
+    if not args.skip_peers:
+        plan += [("datatrove", "datatrove", str(cores), 1), ("ray_data", "ray", str(cores), 1)]
+    if args.extra:
+        plan += [("pandas", "pandas", "0", cores)]
+        if importlib.util.find_spec("datasets"):
+            plan.append(("hf_datasets", "hf", str(cores), 1))
+    return plan
 
 
 def main() -> int:
@@ -220,50 +368,97 @@ def main() -> int:
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="~5 MB, one run: a smoke test")
-    ap.add_argument("--mb", type=int, default=200, help="corpus size in MB")
+    ap.add_argument("--mb", type=int, default=60, help="corpus size in MB")
     ap.add_argument("--runs", type=int, default=3, help="runs per method (median)")
-    ap.add_argument("--skip-hf", action="store_true", help="skip HF datasets")
+    ap.add_argument("--skip-peers", action="store_true", help="skip datatrove and Ray Data")
+    ap.add_argument("--extra", action="store_true", help="also HF datasets and pandas")
+    ap.add_argument("--scale-mb", type=int, default=300,
+                    help="also time the pipeline alone with 1 and N workers on a corpus this "
+                         "large, where its fixed costs (cluster start, commit) weigh less; "
+                         "0: skip")
     args = ap.parse_args()
     mb, runs = (5, 1) if args.quick else (args.mb, args.runs)
     cores = os.cpu_count() or 1
+    from pipeline.cleaning import CleaningConfig
+    from pipeline.config import PipelineConfig
+    from pipeline.tokenizing import gpt2
+
+    # the peers clean with CleaningConfig(): the pipeline's defaults must be those
+    assert PipelineConfig(inputs=["x"], output="y").cleaning == CleaningConfig()
     files, n_docs = build_corpus(mb << 20, CORPUS_DIR / f"{mb}mb")
+    (CORPUS_DIR / f"{mb}mb" / "gpt2-tokenizer.json").write_text(gpt2().json, encoding="utf-8")
     size = sum(f.stat().st_size for f in files)
     print(f"corpus: {len(files)} files, {size / 1e6:.0f} MB, {n_docs:,} documents")
     me = [str(Path(__file__).resolve()), "--child"]
     paths = [str(f) for f in files]
-    plan = [("bare", "0", cores), ("pipeline_1", "1", 1), (f"pipeline_{cores}", str(cores), 1),
-            ("pandas", "0", cores)]
-    if not args.skip_hf and importlib.util.find_spec("datasets"):
-        plan.append(("hf_datasets", str(cores), 1))
-    raw: dict[str, list[dict]] = {name: [] for name, _, _ in plan}
+    plan = _plan(cores, args)
+    peers = None if args.skip_peers else peers_python()
+    raw: dict[str, list[dict]] = {name: [] for name, *_ in plan}
+    t0 = time.perf_counter()
     for r in range(runs):
-        for name, arg, threads in plan:
-            method = name.split("_")[0] if name.startswith("pipeline") else \
-                {"hf_datasets": "hf"}.get(name, name)
-            res = run_child([*me, method, arg, *paths], threads)
+        for name, method, arg, threads in plan:
+            python = peers if method in ("datatrove", "ray") else sys.executable
+            env = {"SHARDFLOW_TOKENIZER_ENGINE": "hf" if "_hf_" in name else "auto"}
+            res = run_child_with(python, [*me, method, arg, *paths], threads, env)
             raw[name].append(res)
-            print(f"run {r + 1}/{runs} {name:12s} {res['tokens'] / res['seconds'] / 1e6:6.2f} "
+            print(f"run {r + 1}/{runs} {name:16s} {res['tokens'] / res['seconds'] / 1e6:6.2f} "
                   f"Mtok/s ({res['seconds']:.1f} s)", flush=True)
+    scale: dict[str, list[dict]] = {}
+    if args.scale_mb and not args.quick:
+        big, big_docs = build_corpus(args.scale_mb << 20, CORPUS_DIR / f"{args.scale_mb}mb")
+        print(f"scaling corpus: {sum(f.stat().st_size for f in big) / 1e6:.0f} MB, "
+              f"{big_docs:,} documents")
+        for r in range(runs):
+            for w in (1, cores):
+                res = run_child_with(sys.executable, [*me, "pipeline", str(w), *map(str, big)],
+                                     1, {"SHARDFLOW_TOKENIZER_ENGINE": "auto"})
+                scale.setdefault(f"pipeline_{w}", []).append(res)
+                print(f"run {r + 1}/{runs} large pipeline_{w} "
+                      f"{res['tokens'] / res['seconds'] / 1e6:6.2f} Mtok/s "
+                      f"({res['seconds']:.1f} s)", flush=True)
     tokens = raw["bare"][0]["tokens"]
     tps = {n: median([tokens / x["seconds"] for x in v]) for n, v in raw.items()}
+    # the same work: every method that writes tokens wrote the same number (EOS included)
+    written = {n: v[0]["tokens"] + v[0]["docs_out"] if n.startswith("pipeline") else
+               v[0].get("tokens_written") for n, v in raw.items()}
+    written = {n: w for n, w in written.items() if w is not None}
+    reference = raw["bare"][0]["checksum"]
+    exact = {n: all(x["checksum"] == reference for x in raw[n])
+             for n in raw if n.startswith("bare_")}
     top = f"pipeline_{cores}"
-    others = [tps[n] for n in ("hf_datasets", "pandas") if n in tps]
+    peer_tps = [tps[n] for n in ("datatrove", "ray_data") if n in tps]
+    other_tps = [tps[n] for n in ("hf_datasets", "pandas") if n in tps]
     ratios = {
         "pipeline_vs_bare": tps[top] / tps["bare"],
-        "pipeline_vs_best_alternative": tps[top] / max(others) if others else None,
+        "pipeline_vs_best_peer": tps[top] / max(peer_tps) if peer_tps else None,
+        "pipeline_vs_best_other": tps[top] / max(other_tps) if other_tps else None,
         "speedup_1_to_n_workers": tps[top] / tps["pipeline_1"],
+        "speedup_1_to_n_workers_large": median([x["seconds"] for x in scale["pipeline_1"]])
+        / median([x["seconds"] for x in scale[top]]) if scale else None,
+        "pipeline_fast_vs_hf_encoder": tps[top] / tps[f"pipeline_hf_{cores}"],
+        "fastokens_vs_bare": tps["bare_fastokens"] / tps["bare"],
+        "tiktoken_vs_bare": tps["bare_tiktoken"] / tps["bare"] if "bare_tiktoken" in tps
+        else None,
     }
     results = {"corpus_mb": size / 1e6, "documents": n_docs, "tokens": tokens, "cores": cores,
-               "runs": runs, "tokens_per_s": tps, "ratios": ratios, "raw": raw,
-               "machine": machine(), "quick": args.quick,
-               "note": "tokens = GPT-2 tokens of the corpus without EOS; pipeline wall time "
-                       "includes cluster start, dedup shuffle, shard writing and commit"}
+               "runs": runs, "tokens_per_s": tps, "ratios": ratios, "exact_vs_hf": exact,
+               "tokens_written": written, "raw": raw, "scaling_raw": scale,
+               "scaling_corpus_mb": args.scale_mb if scale else None, "machine": machine(),
+               "quick": args.quick,
+               "wall_s": time.perf_counter() - t0,
+               "note": "tokens = GPT-2 tokens of the corpus without EOS (the same figure for "
+                       "every method); wall times include cluster/executor start, dedup, "
+                       "writing; ray_data does no dedup (Ray Data has no such step); "
+                       "bare_fastokens runs on one thread (it has no pool), bare and "
+                       "bare_tiktoken on all cores"}
     name = "pipeline_throughput_quick" if args.quick else "pipeline_throughput"
     path = write_results(name, results)
     plot(results, RESULTS / f"{name}.png")
     for k, v in ratios.items():
         print(f"{k:32s} {v:.2f}" if v is not None else f"{k:32s} n/a")
-    print(f"wrote {path} and {name}.png")
+    print(f"exact vs HF: {exact}")
+    print(f"tokens written (EOS included): {written}")
+    print(f"wrote {path} and {name}.png in {time.perf_counter() - t0:.0f} s")
     return 0
 
 
