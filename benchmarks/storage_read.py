@@ -1,4 +1,4 @@
-"""Row-group reads through ``storage`` vs raw s3fs, and the time a reader loses to a dead replica.
+"""Row-group reads through ``storage`` vs raw s3fs, and what a dead or hung replica costs a reader.
 
 Everything runs against real S3 servers on loopback (MinIO or SeaweedFS, started here):
 
@@ -6,9 +6,19 @@ Everything runs against real S3 servers on loopback (MinIO or SeaweedFS, started
    Shardflow's reader (replica set, one ranged GET per row group, sha256 verified) and once
    the usual way with raw s3fs (``ParquetFile(fs.open(path)).read_row_group``), one thread
    each, alternating, medians over ``--runs``. Aim: Shardflow >= 0.8x raw.
-2. Failover: the loader iterates a dataset stored on two servers; the preferred server is
-   SIGKILLed a quarter of the way through. Time lost = disturbed run - undisturbed run
-   (medians). Aim: < 2 s.
+2. Faults: the loader iterates a dataset stored on two servers with storage's default
+   timeouts; a quarter of the way through the epoch the preferred server is either
+   SIGKILLed ("kill": connections refused) or SIGSTOPped ("hang": connections accepted,
+   never answered; SIGCONT after the epoch). ``lookahead_groups=1``, so that every row-group
+   read is on the critical path and a stall shows in the batch waits (the worst case; the
+   default read-ahead hides most of it). Per mode, medians over ``--fault-runs``:
+   - ``max_batch_wait_s``: the longest wait for one batch in the disturbed epoch;
+   - ``first_read_after_fault_s``: how long the first row-group read issued after the
+     fault took (until its verified bytes were in hand);
+   - ``longest_read_after_fault_s``: the longest such read, including those in flight when
+     the fault hit;
+   - ``time_lost_s``: disturbed epoch - undisturbed epoch, same servers.
+   Aim: max batch wait < 2 s for both.
 
     python benchmarks/storage_read.py            # full run
     python benchmarks/storage_read.py --quick    # smoke test, well under a minute
@@ -17,6 +27,10 @@ Everything runs against real S3 servers on loopback (MinIO or SeaweedFS, started
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -36,6 +50,7 @@ from benchmarks.bench_utils import (  # noqa: E402
 from loaders import build_dataloader  # noqa: E402
 from loaders.reader import RowGroupIndex, TokenReader  # noqa: E402
 from storage import ReplicaSet, resolve  # noqa: E402
+from storage import tokens as token_codec  # noqa: E402
 from storage.testing import start_servers  # noqa: E402
 
 
@@ -58,7 +73,7 @@ def read_raw(url: str, options: dict, manifest) -> tuple[int, int]:
             pf = pq.ParquetFile(fh)
             for i in range(pf.num_row_groups):
                 table = pf.read_row_group(i, columns=["input_ids"], use_threads=False)
-                arr = table.column(0).combine_chunks().flatten().to_numpy(zero_copy_only=False)
+                arr = token_codec.unpack(table.column(0), manifest.schema["input_ids"])
                 tokens += len(arr)
                 nbytes += pf.metadata.row_group(i).column(1).total_compressed_size
     return tokens, nbytes
@@ -96,44 +111,117 @@ def throughput(tokens: np.ndarray, runs: int, shards: int) -> dict:
         server.stop()
 
 
-def _iterate(url: str, replicas: list[str], options: list[dict],
-             kill_at: int | None, kill) -> tuple[float, list[float], int]:
-    loader = build_dataloader(url, 8, 2048, rank=0, world_size=1, replicas=replicas,
-                              replica_options=options, return_sample_id=True)
-    stamps = []
-    t0 = time.perf_counter()
-    ids = []
-    for i, batch in enumerate(loader):
-        if kill_at is not None and i == kill_at:
-            kill()
-        ids.append(int(batch["sample_id"][0]))
-        stamps.append(time.perf_counter() - t0)
-    return time.perf_counter() - t0, stamps, loader.dataset.store.failovers
+MODES = ("kill", "hang")
+FAULT_BATCH, FAULT_SEQ = 8, 2048
+#: small row groups, so that each of the 8 lanes reads through the whole epoch (with large ones
+#: every group is fetched in the first quarter and a fault there meets no read)
+FAULT_ROW_GROUP_TOKENS = 32 * 1024
 
 
-def failover(tokens: np.ndarray, runs: int, shards: int) -> dict:
-    clean, disturbed, timelines, failovers = [], [], {}, []
-    for run in range(runs):
+def _default_options(bucket) -> dict:  # type: ignore[no-untyped-def]
+    """Endpoint and credentials only: timeouts and retries are storage's own defaults."""
+    opts = bucket.storage_options
+    return {"key": opts["key"], "secret": opts["secret"], "client_kwargs": opts["client_kwargs"]}
+
+
+def _signal_all(server, sig: int) -> None:  # type: ignore[no-untyped-def]
+    for pid in server.pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def _epoch(urls: list[str], options: list[dict], at: int | None = None, fault=None) -> dict:  # type: ignore[no-untyped-def]
+    """One epoch; ``fault()`` after batch ``at``. Batch waits and every store read's span."""
+    loader = build_dataloader(urls[0], FAULT_BATCH, FAULT_SEQ, rank=0, world_size=1,
+                              replicas=urls[1:], replica_options=options,
+                              return_sample_id=True, lookahead_groups=1)
+    store = loader.dataset.store
+    reads: list[tuple[float, float]] = []
+    plain_read = store.read
+
+    def timed_read(*args, **kwargs):  # type: ignore[no-untyped-def]
+        t0 = time.perf_counter()
+        out = plain_read(*args, **kwargs)
+        reads.append((t0, time.perf_counter()))
+        return out
+
+    store.read = timed_read  # the reader calls store.read: each call's start and end
+    waits, stamps, ids, fault_at = [], [], [], None
+    t_start = time.perf_counter()
+    batches = iter(loader)
+    while True:
+        t0 = time.perf_counter()
+        batch = next(batches, None)
+        if batch is None:
+            break
+        waits.append(time.perf_counter() - t0)
+        stamps.append(time.perf_counter() - t_start)
+        ids += batch["sample_id"].tolist()
+        if at is not None and len(waits) == at:
+            fault_at = time.perf_counter()
+            fault()
+            t_start += time.perf_counter() - fault_at  # not the reader's time: killing, reaping
+    total = time.perf_counter() - t_start
+    out = {"total_s": total, "waits": waits, "ids": ids, "max_batch_wait_s": max(waits),
+           "hedges": store.hedges, "failovers": store.failovers, "errors": dict(store.errors),
+           "timeline": stamps}
+    if fault_at is not None:
+        after = sorted((s, e) for s, e in reads if e > fault_at)
+        issued = [(s, e) for s, e in after if s >= fault_at]
+        out["fault_at_batch"] = at
+        out["reads_after_fault"] = len(after)
+        out["first_read_after_fault_s"] = issued[0][1] - issued[0][0] if issued else None
+        out["longest_read_after_fault_s"] = max((e - max(s, fault_at) for s, e in after),
+                                                default=None)
+    return out
+
+
+def faults(tokens: np.ndarray, runs: int) -> dict:
+    per_mode: dict[str, list[dict]] = {m: [] for m in MODES}
+    clean_runs: list[dict] = []
+    for _run in range(runs):
         servers = start_servers(2)
         try:
-            buckets = [s.make_bucket("bench-failover") for s in servers]
+            buckets = [s.make_bucket("bench-faults") for s in servers]
             urls = [f"{b.url}/ds" for b in buckets]
-            opts = [b.storage_options for b in buckets]
-            write_token_dataset(ReplicaSet.from_urls(urls, replica_options=opts), tokens, shards)
-            total, stamps, _ = _iterate(urls[0], urls[1:], opts, None, None)
-            clean.append(total)
-            kill_at = len(stamps) // 4
-            total, stamps_k, n_fail = _iterate(urls[0], urls[1:], opts, kill_at, servers[0].kill)
-            disturbed.append(total)
-            failovers.append(n_fail)
-            if run == 0:
-                timelines = {"clean": stamps, "disturbed": stamps_k, "kill_at_batch": kill_at}
+            opts = [_default_options(b) for b in buckets]
+            write_token_dataset(ReplicaSet.from_urls(urls, replica_options=opts), tokens, 2,
+                                row_group_tokens=FAULT_ROW_GROUP_TOKENS)
+            clean = _epoch(urls, opts)
+            clean_runs.append(clean)
+            at = len(clean["waits"]) // 4
+            try:  # hang first: the server survives it (SIGCONT), a kill it does not
+                stop = functools.partial(_signal_all, servers[0], signal.SIGSTOP)
+                hang = _epoch(urls, opts, at, stop)
+            finally:
+                _signal_all(servers[0], signal.SIGCONT)
+            kill = _epoch(urls, opts, at, servers[0].kill)
+            for mode, result in (("hang", hang), ("kill", kill)):
+                assert result["ids"] == clean["ids"], f"{mode}: samples differ from clean run"
+                result["time_lost_s"] = result["total_s"] - clean["total_s"]
+                per_mode[mode].append(result)
         finally:
             for s in servers:
+                _signal_all(s, signal.SIGCONT)
                 s.stop()
-    lost = [d - c for d, c in zip(disturbed, clean, strict=True)]
-    return {"runs": runs, "clean_s": clean, "disturbed_s": disturbed, "lost_s": lost,
-            "median_lost_s": median(lost), "failovers": failovers, "timeline": timelines}
+    keys = ("max_batch_wait_s", "first_read_after_fault_s", "longest_read_after_fault_s",
+            "time_lost_s")
+    summary: dict = {"runs": runs, "batch": FAULT_BATCH, "seq_len": FAULT_SEQ,
+                     "tokens": int(len(tokens)), "lookahead_groups": 1,
+                     "row_group_tokens": FAULT_ROW_GROUP_TOKENS,
+                     "clean_max_batch_wait_s": median([c["max_batch_wait_s"] for c in clean_runs]),
+                     "clean_total_s": [c["total_s"] for c in clean_runs]}
+    for mode, results in per_mode.items():
+        entry: dict = {f"median_{k}": median([r[k] for r in results if r[k] is not None])
+                       for k in keys}
+        entry.update({k: [r[k] for r in results] for k in keys})
+        entry.update({k: [r[k] for r in results]
+                      for k in ("hedges", "failovers", "errors", "reads_after_fault")})
+        summary[mode] = entry
+    summary["timeline"] = {"clean": clean_runs[0]["timeline"],
+                           "fault_at_batch": per_mode["kill"][0]["fault_at_batch"],
+                           **{m: per_mode[m][0]["timeline"] for m in MODES}}
+    return summary
 
 
 def plot(results: dict, path: Path) -> None:
@@ -142,20 +230,35 @@ def plot(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(16, 4.2))
     tp = results["throughput"]["mtok_per_s"]
     ax1.bar(list(tp), list(tp.values()), color=["tab:blue", "tab:gray"])
     ax1.set_ylabel("Mtokens/s (read + decode, 1 thread)")
-    ax1.set_title(f"row-group reads from S3: ratio "
-                  f"{results['throughput']['ratio_shardflow_vs_raw']:.2f}x raw")
-    tl = results["failover"]["timeline"]
+    ax1.set_title(f"row-group reads from S3: "
+                  f"{results['throughput']['ratio_shardflow_vs_raw']:.2f}x raw s3fs")
+    fo = results["faults"]
+    tl = fo["timeline"]
     ax2.plot(tl["clean"], label="undisturbed")
-    ax2.plot(tl["disturbed"], label="preferred replica SIGKILLed")
-    ax2.axvline(tl["kill_at_batch"], color="red", linestyle=":", label="kill")
+    ax2.plot(tl["kill"], label="preferred replica SIGKILLed")
+    ax2.plot(tl["hang"], label="preferred replica SIGSTOPped (hung)")
+    ax2.axvline(tl["fault_at_batch"], color="red", linestyle=":", label="fault")
     ax2.set_xlabel("batch")
     ax2.set_ylabel("elapsed s")
-    ax2.set_title(f"failover: median time lost {results['failover']['median_lost_s']:.2f} s")
-    ax2.legend()
+    ax2.set_title("one epoch, lookahead 1 (first run)")
+    ax2.legend(fontsize=8)
+    labels = ["longest batch wait", "first read after fault", "longest read after fault"]
+    keys = ["median_max_batch_wait_s", "median_first_read_after_fault_s",
+            "median_longest_read_after_fault_s"]
+    x = np.arange(len(labels))
+    for i, mode in enumerate(("kill", "hang")):
+        vals = [fo[mode][k] for k in keys]
+        bars = ax3.bar(x + (i - 0.5) * 0.38, vals, 0.38, label=mode)
+        ax3.bar_label(bars, fmt="%.2f", fontsize=8)
+    ax3.axhline(2.0, color="red", linestyle=":", label="aim: batch wait < 2 s")
+    ax3.set_xticks(x, labels, fontsize=8)
+    ax3.set_ylabel(f"seconds (median of {fo['runs']} runs)")
+    ax3.set_title("stall from a dead or hung preferred replica")
+    ax3.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -165,26 +268,34 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=float, default=30e6, help="tokens in the dataset")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--fault-runs", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="small and few runs (smoke test)")
     args = parser.parse_args()
-    n_tokens, runs, failover_runs = int(args.tokens), args.runs, 3
+    n_tokens, runs, fault_runs = int(args.tokens), args.runs, args.fault_runs
     if args.quick:
-        n_tokens, runs, failover_runs = 3_000_000, 2, 1
+        n_tokens, runs, fault_runs = 3_000_000, 2, 1
     base = shakespeare_tokens()
     tokens = np.resize(base, n_tokens)
     shards = max(2, n_tokens // 4_000_000)
     print(f"dataset: {n_tokens / 1e6:.1f} M tokens of Shakespeare (GPT-2 BPE), {shards} shards")
     results = {"throughput": throughput(tokens, runs, shards),
-               "failover": failover(np.resize(base, min(n_tokens, 6_000_000)), failover_runs,
-                                    2)}
-    tp, fo = results["throughput"], results["failover"]
+               "faults": faults(np.resize(base, min(n_tokens, 6_000_000)), fault_runs)}
+    tp, fo = results["throughput"], results["faults"]
     print(f"backend {tp['backend']}; {tp['row_groups']} row groups, "
           f"{tp['compressed_bytes'] / 1e6:.1f} MB")
     for name, rate in tp["mtok_per_s"].items():
         print(f"  {name:10} {rate:7.1f} Mtok/s  (median {tp['median_s'][name]:.2f} s)")
     print(f"  shardflow / raw s3fs = {tp['ratio_shardflow_vs_raw']:.2f} (aim >= 0.8)")
-    print(f"failover: time lost {fo['median_lost_s']:.2f} s median over {fo['runs']} runs "
-          f"(aim < 2 s); per run {[round(x, 2) for x in fo['lost_s']]}")
+    print(f"faults, medians of {fo['runs']} runs (undisturbed longest batch wait "
+          f"{fo['clean_max_batch_wait_s']:.3f} s):")
+    for mode in MODES:
+        m = fo[mode]
+        print(f"  {mode:4}: longest batch wait {m['median_max_batch_wait_s']:.3f} s (aim < 2 s), "
+              f"first read after the fault {m['median_first_read_after_fault_s']:.3f} s, "
+              f"longest read {m['median_longest_read_after_fault_s']:.3f} s, "
+              f"time lost {m['median_time_lost_s']:.2f} s; hedges {m['hedges']}")
+    for key in ("clean_total_s",):
+        fo[key] = [round(x, 4) for x in fo[key]]
     path = write_results("storage_read", results)
     plot(results, RESULTS / "storage_read.png")
     print(f"results: {path} and {RESULTS / 'storage_read.png'}")
