@@ -81,6 +81,8 @@ class RunSummary:
     wall_s: float
     dashboard: str | None = None
     resumed: int = 0
+    #: the version record this run added (``""``: the manifest was the latest version's)
+    version: str = ""
     extra: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -101,6 +103,7 @@ class RunSummary:
             f"bytes        {self.bytes:,} (Parquet, zstd)",
             f"wall time    {self.wall_s:.2f} s",
             f"throughput   {self.tokens_per_s:,.0f} tokens/s",
+            f"version      {self.version or 'unchanged (the same manifest as the latest version)'}",
         ])
 
 
@@ -302,7 +305,7 @@ def run(cfg: PipelineConfig, log: TextIO | None = None, progress: bool = True) -
         ones, twos, resumed = _execute(client, cfg, store, tok, parts, bar)
 
     manifest = build_manifest(cfg, tok, ones, twos)
-    commit(store, manifest, log)  # the swap of manifest.json: last, atomic
+    recorded = commit(store, manifest, log)  # the swap of manifest.json: last, atomic
     work.remove_work(store)
     stats = manifest.stats
     return RunSummary(
@@ -311,4 +314,5 @@ def run(cfg: PipelineConfig, log: TextIO | None = None, progress: bool = True) -
         dropped=stats["dropped"], quarantined=stats["quarantined"], tokens=stats["tokens"],
         bytes=stats["bytes"], wall_s=time.perf_counter() - start, dashboard=dashboard,
         resumed=resumed,
+        version=f"{recorded.sequence} ({recorded.path})" if recorded else "",
     )

@@ -59,12 +59,13 @@ def test_a_reader_finishes_its_epoch_on_the_version_it_opened(tmp_path: Path) ->
     ds = tmp_path / "ds"
     v1_cfg = _cfg([str(plays / "hamlet_gut.txt")], ds, row_group_tokens=1024,
                   partition_bytes=40_000)
-    run(v1_cfg, progress=False)
+    assert run(v1_cfg, progress=False).version.startswith("1 (_versions/00000001-")
     v1 = (ds / "manifest.json").read_bytes()
     want = _samples(_loader(ds))
     assert len(want) > 100
 
-    run(v1_cfg, progress=False)  # the same command again: the same bytes, no new version
+    again = run(v1_cfg, progress=False)  # the same command: the same bytes, no new version
+    assert again.version == "" and "unchanged" in again.render()
     assert (ds / "manifest.json").read_bytes() == v1
     assert [v.sequence for v in store_versions(ReplicaSet.from_urls([str(ds)]))] == [1]
 
