@@ -19,6 +19,7 @@ the replicas, and a write that met the quorum but missed a replica leaves a mark
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import threading
@@ -34,7 +35,7 @@ from storage.checksums import digest_bytes
 from storage.layout import MANIFEST, UnsafePathError
 from storage.manifest import DatasetNotFoundError, Manifest, ManifestError, write_atomic
 from storage.retry import THROTTLE, TRANSIENT, Backoff, classify, is_throttle
-from storage.urls import Location, display_url, resolve
+from storage.urls import Location, display_url, resolve, write_deadline_s
 
 DEGRADED_DIR = "_degraded"
 T = TypeVar("T")
@@ -92,6 +93,34 @@ class Replica:
 def _short(exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else ""
     return f"{type(exc).__name__}: {text}"[:300]
+
+
+class _WriteDeadline:
+    """An async filesystem (s3fs, ...) whose whole-object writes are cancelled after
+    ``seconds``: fsspec's ``timeout`` wraps the request in ``asyncio.wait_for``."""
+
+    def __init__(self, fs: Any, seconds: float) -> None:
+        self._fs, self._seconds = fs, seconds
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fs, name)
+
+    def pipe_file(self, path: str, data: bytes, **kwargs: Any) -> Any:
+        from fsspec.exceptions import FSTimeoutError
+
+        try:
+            return self._fs.pipe_file(path, data, timeout=self._seconds, **kwargs)
+        except FSTimeoutError as exc:
+            raise TimeoutError(f"write of {len(data):,} bytes to {path} not done in "
+                               f"{self._seconds:.1f} s (cancelled)") from exc
+
+
+def _with_write_deadline(loc: Location, nbytes: int) -> Location:
+    from fsspec.asyn import AsyncFileSystem
+
+    if not isinstance(loc.fs, AsyncFileSystem):
+        return loc  # local and other blocking filesystems: the OS's own semantics
+    return dataclasses.replace(loc, fs=_WriteDeadline(loc.fs, write_deadline_s(nbytes)))
 
 
 def _timed(fn: Callable[[], T]) -> Callable[[], tuple[T, float]]:
@@ -436,12 +465,14 @@ class ReplicaSet:
     def _write_with_retries(self, replica: Replica, relative: str, data: bytes) -> None:
         """The write side of the policy in :mod:`storage.retry`: throttling is retried with
         back-off, a transient failure (connection refused or reset, HTTP 5xx) once; a timeout is
-        not (the replica is hung: waiting for it again only doubles the stall). Rewriting the
+        not (the replica is hung: waiting for it again only doubles the stall). A PUT to an
+        object store is cancelled after :func:`storage.urls.write_deadline_s`. Rewriting the
         same bytes is idempotent."""
         transient_left = 1
+        loc = _with_write_deadline(replica.loc, len(data))
         for attempt in range(self.throttle_retries + 2):
             try:
-                write_atomic(replica.loc, relative, data)
+                write_atomic(loc, relative, data)
                 return
             except Exception as exc:
                 kind = classify(exc)

@@ -4,7 +4,10 @@ Deadlines, per request (``storage.urls.S3_DEFAULTS``)
     connect 2 s, read 5 s (the longest wait for the first byte, and between two reads of the
     body), exactly one attempt: botocore's own retries are off (``total_max_attempts=1``) and
     s3fs's retry loop runs once (``fs.retries = 1``). So one request to a hung server costs at
-    most ~5 s, never ``attempts x timeout`` of nested retry layers (before: 6 x 20 s).
+    most ~5 s, never ``attempts x timeout`` of nested retry layers (before: 6 x 20 s). Sending
+    has no deadline in aiohttp (a PUT to a stopped server blocks once its socket buffer is
+    full), so the replica set cancels a whole-object write after
+    :func:`storage.urls.write_deadline_s` (the two deadlines + its size at 2 MB/s).
 
 Who retries: only :class:`storage.replicas.ReplicaSet`, on the error's class
     - throttling (:data:`THROTTLE`): the replica is fine and asks us to slow down; retried on
@@ -21,6 +24,8 @@ Who retries: only :class:`storage.replicas.ReplicaSet`, on the error's class
     - anything else (:data:`PERMANENT`: access denied, a wrong checksum, a bad request): next
       replica at once, no second pass; a missing object is the object's problem, not the
       replica's, and is never retried.
+    Writes go to every replica: throttling is retried with back-off, a transient failure once,
+    a timeout not at all (the replica is hung).
 
 Classification is by exception type and by the S3 error code / HTTP status of a botocore
 ``ClientError``, found on the exception itself or along its ``__cause__``/``__context__`` chain

@@ -69,6 +69,14 @@ def s3_options_from_env(env: os._Environ[str] | dict[str, str] | None = None) ->
 #: the replica set decides what is retried where. Explicit storage options override these.
 CONNECT_TIMEOUT_S = 2
 READ_TIMEOUT_S = 5
+#: A send has no deadline in aiohttp (a hung server's full socket buffer blocks a PUT for
+#: ever), so a whole-object write gets one: connect + read deadlines + its size at this rate.
+MIN_WRITE_BYTES_PER_S = 2 << 20
+
+
+def write_deadline_s(nbytes: int) -> float:
+    """How long one PUT of ``nbytes`` may take before it is cancelled."""
+    return CONNECT_TIMEOUT_S + READ_TIMEOUT_S + nbytes / MIN_WRITE_BYTES_PER_S
 S3_DEFAULTS: dict[str, Any] = {
     "config_kwargs": {"connect_timeout": CONNECT_TIMEOUT_S, "read_timeout": READ_TIMEOUT_S,
                       "retries": {"total_max_attempts": 1, "mode": "standard"}},

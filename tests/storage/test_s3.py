@@ -31,6 +31,7 @@ from storage import (
 )
 from storage.scrub import repair, verify
 from storage.testing import S3Server, start_servers
+from storage.urls import write_deadline_s
 from tests.conftest import PLAYS, shakespeare_texts
 
 SEQ = 64
@@ -289,9 +290,11 @@ def test_loader_rides_through_a_hung_replica_server(pair, tiny_dataset: str) -> 
     assert store.read_order()[0].index == 0
 
 
-def test_verify_and_manifest_reads_on_a_hung_endpoint_fail_in_seconds(pair, tiny_dataset) -> None:
+def test_verify_reads_and_writes_on_a_hung_endpoint_fail_in_seconds(pair, tiny_dataset) -> None:
     """One endpoint, hung: no replica to hedge to, so the read timeout (5 s, one attempt)
-    bounds the wait; before, nested botocore and s3fs retries made it ~123 s."""
+    bounds the wait; before, nested botocore and s3fs retries made it ~123 s. A PUT, which
+    blocks for ever once the stopped server's socket buffer is full, is cancelled after its
+    write deadline (a `pipeline run` into a hung output waited > 400 s)."""
     urls, opts = _replicated(pair[:1], tiny_dataset, "hung-verify")
     env = {**os.environ, "AWS_ACCESS_KEY_ID": opts[0]["key"],
            "AWS_SECRET_ACCESS_KEY": opts[0]["secret"],
@@ -307,11 +310,17 @@ def test_verify_and_manifest_reads_on_a_hung_endpoint_fail_in_seconds(pair, tiny
         out = subprocess.run([sys.executable, "-m", "storage", "verify", urls[0]], env=env,
                              capture_output=True, text=True, timeout=120)
         cli = time.monotonic() - t0
+        blob = secrets.token_bytes(2 << 20)
+        t0 = time.monotonic()
+        with pytest.raises(QuorumError, match="Timeout"):
+            ReplicaSet.from_urls(urls[:1], replica_options=opts[:1]).put("blob", blob)
+        write = time.monotonic() - t0
     finally:
         _resume(pair[0])
     assert in_process < 10, in_process
     assert out.returncode == 2 and "ReadTimeout" in out.stderr, out.stderr
     assert cli < 15, cli
+    assert write < write_deadline_s(len(blob)) + 3, write
 
 
 def test_first_read_after_sigkill_of_the_primary_fails_over_fast(pair, tiny_dataset) -> None:
