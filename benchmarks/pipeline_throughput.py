@@ -426,22 +426,33 @@ def main() -> int:
     exact = {n: all(x["checksum"] == reference for x in raw[n])
              for n in raw if n.startswith("bare_")}
     top = f"pipeline_{cores}"
-    peer_tps = [tps[n] for n in ("datatrove", "ray_data") if n in tps]
-    other_tps = [tps[n] for n in ("hf_datasets", "pandas") if n in tps]
-    ratios = {
-        "pipeline_vs_bare": tps[top] / tps["bare"],
-        "pipeline_vs_best_peer": tps[top] / max(peer_tps) if peer_tps else None,
-        "pipeline_vs_best_other": tps[top] / max(other_tps) if other_tps else None,
-        "speedup_1_to_n_workers": tps[top] / tps["pipeline_1"],
-        "speedup_1_to_n_workers_large": median([x["seconds"] for x in scale["pipeline_1"]])
-        / median([x["seconds"] for x in scale[top]]) if scale else None,
-        "pipeline_fast_vs_hf_encoder": tps[top] / tps[f"pipeline_hf_{cores}"],
-        "fastokens_vs_bare": tps["bare_fastokens"] / tps["bare"],
-        "tiktoken_vs_bare": tps["bare_tiktoken"] / tps["bare"] if "bare_tiktoken" in tps
-        else None,
-    }
+
+    def ratios_of(t: dict[str, float], sc: dict[str, list[dict]]) -> dict[str, float | None]:
+        peer_tps = [t[n] for n in ("datatrove", "ray_data") if n in t]
+        other_tps = [t[n] for n in ("hf_datasets", "pandas") if n in t]
+        return {
+            "pipeline_vs_bare": t[top] / t["bare"],
+            "pipeline_vs_best_peer": t[top] / max(peer_tps) if peer_tps else None,
+            "pipeline_vs_best_other": t[top] / max(other_tps) if other_tps else None,
+            "speedup_1_to_n_workers": t[top] / t["pipeline_1"],
+            "speedup_1_to_n_workers_large": median([x["seconds"] for x in sc["pipeline_1"]])
+            / median([x["seconds"] for x in sc[top]]) if sc else None,
+            "pipeline_fast_vs_hf_encoder": t[top] / t[f"pipeline_hf_{cores}"],
+            "fastokens_vs_bare": t["bare_fastokens"] / t["bare"],
+            "tiktoken_vs_bare": t["bare_tiktoken"] / t["bare"] if "bare_tiktoken" in t
+            else None,
+        }
+
+    ratios = ratios_of(tps, scale)
+    # Others share this machine and their load drifts over minutes: a ratio within one run
+    # (its methods ran back to back) is steadier than a ratio of medians across runs.
+    per_run = [ratios_of({n: tokens / v[r]["seconds"] for n, v in raw.items()},
+                         {n: [v[r]] for n, v in scale.items()}) for r in range(runs)]
+    ratios_within_runs = {k: median([x[k] for x in per_run]) if per_run[0][k] is not None
+                          else None for k in ratios}
     results = {"corpus_mb": size / 1e6, "documents": n_docs, "tokens": tokens, "cores": cores,
-               "runs": runs, "tokens_per_s": tps, "ratios": ratios, "exact_vs_hf": exact,
+               "runs": runs, "tokens_per_s": tps, "ratios": ratios,
+               "ratios_within_runs_median": ratios_within_runs, "exact_vs_hf": exact,
                "tokens_written": written, "raw": raw, "scaling_raw": scale,
                "scaling_corpus_mb": args.scale_mb if scale else None, "machine": machine(),
                "quick": args.quick,
@@ -454,8 +465,11 @@ def main() -> int:
     name = "pipeline_throughput_quick" if args.quick else "pipeline_throughput"
     path = write_results(name, results)
     plot(results, RESULTS / f"{name}.png")
+    print(f"{'ratio':32s} {'of medians':>10s} {'within runs':>12s}")
     for k, v in ratios.items():
-        print(f"{k:32s} {v:.2f}" if v is not None else f"{k:32s} n/a")
+        w = ratios_within_runs[k]
+        print(f"{k:32s} {v:10.2f} {w:12.2f}" if v is not None and w is not None
+              else f"{k:32s} {'n/a':>10s}")
     print(f"exact vs HF: {exact}")
     print(f"tokens written (EOS included): {written}")
     print(f"wrote {path} and {name}.png in {time.perf_counter() - t0:.0f} s")
