@@ -10,7 +10,6 @@ a half-written object under a final name, and its checksum is known before the u
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Sequence
 
 import numpy as np
@@ -18,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.plan import close_at_target
-from storage import ObjectInfo, ReplicaSet, RowGroupInfo, ShardInfo, digest_bytes, tokens
+from storage import RowGroupInfo, ShardInfo, digest_bytes, tokens
 
 SCHEMA = pa.schema([
     pa.field("doc_id", pa.string(), nullable=False),
@@ -94,11 +93,3 @@ def encode_shard(doc_ids: Sequence[str], ids: Sequence[np.ndarray], target_rg_to
     """:func:`encode_table` for documents given as one array of token ids each."""
     return encode_table(shard_table(doc_ids, token_column(ids, dtype)), dtype,
                         target_rg_tokens, path)
-
-
-def write_quarantine(store: ReplicaSet, relative: str, records: Sequence[dict]) -> ObjectInfo:
-    """Rejected records as JSON lines: source (file:line), reason, detail and the raw text."""
-    body = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in records)
-    data = body.encode("utf-8")
-    store.put(relative, data)
-    return ObjectInfo(path=relative, bytes=len(data), sha256=digest_bytes(data))

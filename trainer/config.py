@@ -14,7 +14,7 @@ import sys
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from storage.cli import json_object
+from storage.cli import STORAGE_OPTIONS_HELP, json_object, storage_options_default
 
 #: Defaults by device type: small enough for 2 CPU cores, GPT-2-small-like on CUDA.
 PRESETS: dict[str, dict[str, int]] = {
@@ -138,8 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = p.add_argument_group("data")
     d.add_argument("--data", required=True, metavar="URL",
                    help="dataset root (any fsspec URL: a path, file://, s3://...)")
-    d.add_argument("--storage-options", type=json_object, default=None, metavar="JSON",
-                   help="fsspec storage options as a JSON object (e.g. S3 endpoint, keys)")
+    d.add_argument("--storage-options", type=json_object, default=storage_options_default(),
+                   metavar="JSON|@FILE", help=STORAGE_OPTIONS_HELP)
     d.add_argument("--num-workers", type=_non_negative_int, default=0,
                    help="DataLoader worker processes per rank (0: batches are built in this "
                         "process by a background thread, row groups read ahead: the fastest)")
@@ -209,8 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where checkpoints go: a directory or any fsspec URL (s3://...); "
                         "unset = no checkpoints")
     c.add_argument("--checkpoint-storage-options", type=json_object, default=None,
-                   metavar="JSON", help="fsspec options for --checkpoint-dir (default: "
-                                        "--storage-options)")
+                   metavar="JSON|@FILE", help="fsspec options for --checkpoint-dir, as a JSON "
+                                              "object or @FILE (default: --storage-options)")
     c.add_argument("--checkpoint-every", type=_positive_int, default=100, metavar="N",
                    help="save every N steps (and at the last step)")
     c.add_argument("--keep", type=_positive_int, default=3, metavar="K",

@@ -74,7 +74,7 @@ def corpus() -> tuple[dict[str, bytes], list[str], int]:
 
 def _decoded(fs, root: str) -> tuple[Manifest, list[tuple[str, str]]]:  # noqa: ANN001
     m = Manifest.from_json(fs.cat_file(f"{root}/manifest.json").decode())
-    tok = Tokenizer.from_str(fs.cat_file(f"{root}/tokenizer.json").decode())
+    tok = Tokenizer.from_str(fs.cat_file(f"{root}/{m.tokenizer.path}").decode())
     out = []
     for shard in m.shards:
         table = pq.read_table(io.BytesIO(fs.cat_file(f"{root}/{shard.path}")))
