@@ -2,7 +2,9 @@
 
 from storage import tokens
 from storage.checksums import digest_bytes, digest_stream
+from storage.index import IndexFormatError, objects_of, shards_of, write_index
 from storage.layout import (
+    INDEX_DIR,
     MANIFEST,
     QUARANTINE_DIR,
     SHARDS_DIR,
@@ -10,6 +12,7 @@ from storage.layout import (
     VERSIONS_DIR,
     WORK_DIR,
     UnsafePathError,
+    index_name,
     quarantine_name,
     safe_relative,
     shard_name,
@@ -17,13 +20,17 @@ from storage.layout import (
     version_name,
 )
 from storage.manifest import (
+    FORMAT_V1,
+    FORMAT_V2,
     DatasetNotFoundError,
+    IndexRef,
     Manifest,
     ManifestError,
     ObjectInfo,
     RowGroupInfo,
     ShardInfo,
     TokenizerInfo,
+    Totals,
     read_manifest,
     write_atomic,
     write_manifest,
@@ -44,5 +51,6 @@ __all__ = [
     "digest_bytes", "digest_stream", "display_url", "quarantine_name", "read_manifest", "redact",
     "resolve", "safe_relative", "shard_name", "tokens", "write_atomic", "write_manifest",
     "VERSIONS_DIR", "WORK_DIR", "Version", "commit", "store_versions", "tokenizer_name",
-    "version_name",
+    "version_name", "FORMAT_V1", "FORMAT_V2", "INDEX_DIR", "IndexFormatError", "IndexRef",
+    "Totals", "index_name", "objects_of", "shards_of", "write_index",
 ]

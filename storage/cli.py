@@ -1,5 +1,6 @@
 """``python -m storage``: ``verify`` scrubs every replica, ``repair`` fixes what verify finds,
-``inspect`` lists a dataset's versions, ``gc`` removes old ones."""
+``inspect`` lists a dataset's versions, ``gc`` removes old ones, ``upgrade`` gives a v1 dataset
+its binary row-group index."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from storage.manifest import DatasetNotFoundError, ManifestError
 from storage.replica_config import ReplicaConfig, load_replica_config
 from storage.replicas import ReplicaError, ReplicaSet
 from storage.scrub import repair, verify
+from storage.upgrade import UpgradeError, upgrade
 from storage.versions import history, render_history
 
 #: the default of every ``--storage-options`` flag: JSON or ``@FILE``, like the flag
@@ -106,7 +108,8 @@ def store_from_args(args: argparse.Namespace, url: str | None) -> ReplicaSet:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m storage",
-        description="Check, repair, list and garbage-collect replicated Shardflow datasets.")
+        description="Check, repair, list, garbage-collect and upgrade replicated Shardflow "
+                    "datasets.")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, text in (("verify", "check every object of the manifest on every replica; "
                                   "exit 1 when anything is missing or corrupt"),
@@ -119,7 +122,15 @@ def build_parser() -> argparse.ArgumentParser:
                               "kept version or the current manifest.json names and that is "
                               "older than --min-age; a run's _work/ goes once all of it is "
                               "older than --min-age. Never removes what a kept version names; "
-                              "idempotent")):
+                              "idempotent"),
+                       ("upgrade", "write the binary row-group index (index/<sha16>.sfidx) of a "
+                                   "shardflow.dataset/1 dataset and swap in a "
+                                   "shardflow.dataset/2 manifest that names it, so that "
+                                   "manifest.json stays a few KB and ranks read only the index "
+                                   "columns they need. Shards are not touched; the manifest "
+                                   "swap is the one atomic step, recorded under _versions/ "
+                                   "like a commit. Idempotent: a v2 dataset is left alone. Do "
+                                   "not run it while a rebuild of the same dataset commits")):
         p = sub.add_parser(name, help=text.split(";")[0].split(". ")[0], description=text)
         p.add_argument("url", nargs="?", help="the dataset (first replica)")
         add_replica_arguments(p)
@@ -148,13 +159,16 @@ def main(argv: list[str] | None = None) -> int:
             report = collect(store, args.keep, args.min_age, dry_run=args.dry_run)
             print(report.render(verbose=not args.quiet))
             return 0
+        if args.command == "upgrade":
+            print(upgrade(store, sys.stderr).render())
+            return 0
         if args.command == "inspect":
             print(render_history(history(store)))
             return 0
         manifest = store.read_manifest()
         report = verify(store, manifest) if args.command == "verify" else repair(store, manifest)
-    except (DatasetNotFoundError, ManifestError, ReplicaError, GcError, ValueError,
-            OSError) as exc:
+    except (DatasetNotFoundError, ManifestError, ReplicaError, GcError, UpgradeError,
+            ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(report.render())

@@ -29,7 +29,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from storage.index import shard_paths_of
 from storage.layout import (
+    INDEX_DIR,
     MANIFEST,
     QUARANTINE_DIR,
     SHARDS_DIR,
@@ -131,8 +133,17 @@ def _parse(data: bytes, source: str) -> Manifest:
                       "removes nothing") from None
 
 
-def _names(manifest: Manifest) -> set[str]:
-    return {path for path, _size, _sha in manifest.objects()} | {manifest.tokenizer.path}
+def _names(store: ReplicaSet, manifest: Manifest, source: str) -> set[str]:
+    """Every object path a version uses: what its manifest names, and (v2) its index's shards."""
+    names = {path for path, _size, _sha in manifest.objects()} | {manifest.tokenizer.path}
+    if manifest.index is not None:
+        try:
+            names |= set(shard_paths_of(store, manifest))
+        except (OSError, ValueError) as exc:
+            raise GcError(f"{source}: its index {manifest.index.path} cannot be read "
+                          f"({type(exc).__name__}: {exc})"[:500] + "; gc cannot tell which "
+                          "shards it names, so it removes nothing") from None
+    return names
 
 
 def _kept_versions(scans: list[_Replica], keep: int, cutoff: float) -> dict[str, int]:
@@ -167,7 +178,7 @@ def _kept_versions(scans: list[_Replica], keep: int, cutoff: float) -> dict[str,
 
 def _collectable(rel: str) -> bool:
     top = rel.split("/", 1)[0]
-    return (top in (SHARDS_DIR, QUARANTINE_DIR) or is_tokenizer_name(rel)
+    return (top in (SHARDS_DIR, QUARANTINE_DIR, INDEX_DIR) or is_tokenizer_name(rel)
             or ("/" not in rel and rel.startswith(".tmp-")))
 
 
@@ -186,7 +197,7 @@ def collect(store: ReplicaSet, keep: int, min_age_s: float = DEFAULT_MIN_AGE_S,
     named: set[str] = set()
     for s in scans:
         if s.manifest is not None:
-            named |= _names(s.manifest)
+            named |= _names(store, s.manifest, f"{s.replica.name}: {MANIFEST}")
     for rel in kept:
         holder = next(s for s in scans if rel in s.tree)
         try:
@@ -194,7 +205,8 @@ def collect(store: ReplicaSet, keep: int, min_age_s: float = DEFAULT_MIN_AGE_S,
         except Exception as exc:
             raise GcError(f"{holder.replica.name}: cannot read kept version {rel} "
                           f"({type(exc).__name__}: {exc})"[:500]) from None
-        named |= _names(_parse(data, f"{holder.replica.name}: {rel}"))
+        source = f"{holder.replica.name}: {rel}"
+        named |= _names(store, _parse(data, source), source)
 
     report = GcReport(len(scans), keep, min_age_s, dry_run, sorted(set(kept.values())))
     plans: list[tuple[_Replica, list[str], list[str], list[str]]] = []

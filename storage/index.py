@@ -13,6 +13,12 @@ The header names each column's dtype, offset, byte length and sha256 (hex), so e
 read alone is verified; the manifest records the sha256 of the whole object and of the header
 (``IndexRef``), so the header, hence every column, is anchored in the manifest.
 
+On the store (``shardflow.dataset/2``), the object is ``index/<sha16>.sfidx`` (content-addressed,
+like the shards: a committed version's index never changes). :func:`write_index` puts it,
+:func:`with_index` makes the v2 manifest that names it, :func:`fetch_columns` reads the columns
+a caller needs (ranged reads, each verified, through a local cache when given) and
+:func:`shards_of` gives admin tools the ``ShardInfo`` list of either manifest format.
+
 Group columns: ``rows``, ``tokens``, ``offset``, ``length``, ``digest`` (16 bytes: a truncated
 sha256 keeps the audit property at 128 bits). Shard columns: ``first_group`` (S+1),
 ``shard_rows``, ``shard_tokens``, ``shard_bytes``, ``shard_sha256`` (32 bytes),
@@ -24,13 +30,25 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 import numpy as np
 
-from storage.layout import safe_relative
+from storage.layout import index_name, safe_relative
+from storage.manifest import (
+    FORMAT_V2,
+    IndexRef,
+    Manifest,
+    ManifestError,
+    RowGroupInfo,
+    ShardInfo,
+    Totals,
+)
+from storage.replicas import ChecksumMismatchError, ReplicaSet
 
 MAGIC = b"SFIDX\x01\x00\x00"
 FORMAT = "shardflow.index/1"
@@ -46,20 +64,6 @@ SHARD_COLUMNS = {"first_group": "<u8", "shard_rows": "<u8", "shard_tokens": "<u8
 
 class IndexFormatError(ValueError):
     """An index object that cannot be trusted (bad magic, header, or checksum)."""
-
-
-@dataclass(frozen=True)
-class IndexRef:
-    """What a manifest records about its index object."""
-
-    path: str
-    bytes: int
-    sha256: str
-    header_sha256: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "bytes": self.bytes, "sha256": self.sha256,
-                "header_sha256": self.header_sha256}
 
 
 def _hex_to_bytes(values: Sequence[str], width: int) -> np.ndarray:
@@ -152,9 +156,17 @@ class IndexHeader:
         raw = _header_bytes(head)
         if len(raw) < int(np.frombuffer(head[8:16], dtype="<u8")[0]):
             raise IndexFormatError("index header truncated")
+        return cls.from_raw(raw, header_sha256)
+
+    @classmethod
+    def from_raw(cls, raw: bytes, header_sha256: str | None = None) -> IndexHeader:
+        """From the header's JSON bytes alone (what ``header_sha256`` is the checksum of)."""
         if header_sha256 is not None and hashlib.sha256(raw).hexdigest() != header_sha256:
             raise IndexFormatError("index header checksum differs from the manifest's")
-        h = json.loads(raw)
+        try:
+            h = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise IndexFormatError(f"index header is not JSON ({exc})") from None
         if h.get("format") != FORMAT:
             raise IndexFormatError(f"index format {h.get('format')!r}, expected {FORMAT!r}")
         start = 16 + len(raw)
@@ -198,3 +210,189 @@ def shard_paths(columns: dict[str, np.ndarray]) -> list[str]:
     blob = bytes(columns["paths"])
     ends = columns["path_end"].astype(np.int64)
     return [safe_relative(blob[a:b].decode()) for a, b in zip(ends[:-1], ends[1:], strict=True)]
+
+
+# -- on the store --------------------------------------------------------------------------
+
+#: an index up to this size is fetched (and cached) whole, in one GET; a larger one column by
+#: column, only the columns asked for
+WHOLE_OBJECT_BYTES = 4 << 20
+#: the columns a loader needs: the plan (``tokens``), and where each row group and footer is
+LOADER_PLAN_COLUMNS = ("tokens", "first_group")
+LOADER_READ_COLUMNS = ("offset", "length", "digest", "shard_bytes", "footer_length",
+                       "footer_sha256", "path_end", "paths")
+
+
+class PieceCache(Protocol):
+    """A local cache of verified pieces keyed by their sha256 (``loaders.cache.ChunkCache``)."""
+
+    def get(self, key: str) -> bytes | None: ...
+
+    def put(self, key: str, data: bytes) -> None: ...
+
+
+def encode(shards: Sequence[ShardInfo]) -> tuple[bytes, IndexRef]:
+    """The index object of ``shards`` and the reference a manifest records for it."""
+    data = build_index(shards)
+    return data, index_ref(index_name(hashlib.sha256(data).hexdigest()), data)
+
+
+def with_index(manifest: Manifest, shards: Sequence[ShardInfo], ref: IndexRef) -> Manifest:
+    """``manifest`` as ``shardflow.dataset/2``: its shards named by the index ``ref``."""
+    return replace(manifest, shards=(), format=FORMAT_V2, index=ref,
+                   totals=Totals.of(list(shards)))
+
+
+def write_index(store: ReplicaSet, shards: Sequence[ShardInfo]) -> IndexRef:
+    """Put the index of ``shards`` (the store's quorum put; the name is its content's, so a
+    rerun rewrites the same bytes under the same name) and return its reference."""
+    data, ref = encode(shards)
+    store.put(ref.path, data)
+    return ref
+
+
+def _through(cache: PieceCache | None, key: str, fetch: Callable[[], bytes]) -> bytes:
+    data = cache.get(key) if cache is not None else None
+    if data is None:
+        data = fetch()
+        if cache is not None and data:
+            cache.put(key, data)
+    return data
+
+
+def _fetch_header(store: ReplicaSet, ref: IndexRef) -> bytes:
+    def fetch(loc) -> bytes:  # type: ignore[no-untyped-def]
+        path = loc.path(ref.path)
+        head = loc.fs.cat_file(path, start=0, end=min(HEAD_GUESS, ref.bytes))
+        if len(head) >= 16 and head[:8] == MAGIC:
+            need = 16 + int(np.frombuffer(head[8:16], dtype="<u8")[0])
+            if need > len(head):
+                head = loc.fs.cat_file(path, start=0, end=min(need, ref.bytes))
+        try:
+            raw = _header_bytes(head)
+        except IndexFormatError as exc:
+            raise ChecksumMismatchError(f"{ref.path}: {exc}") from None
+        if hashlib.sha256(raw).hexdigest() != ref.header_sha256:
+            raise ChecksumMismatchError(f"{ref.path}: index header checksum differs from the "
+                                        "manifest's")
+        return raw
+
+    return store.read(ref.path, fetch, f"{ref.path} (index header)")
+
+
+def fetch_columns(store: ReplicaSet, ref: IndexRef, names: Sequence[str],
+                  cache: PieceCache | None = None) -> dict[str, np.ndarray]:
+    """The columns ``names`` of the index ``ref``, each verified (a corrupt replica fails over
+    to the next), through ``cache`` when given (keys: the object's, the header's and each
+    column's sha256, so a hit is always the right bytes).
+
+    Small indexes (up to ``WHOLE_OBJECT_BYTES``) come in one GET; larger ones as the header
+    plus one ranged GET per column asked for: a plan that needs ``tokens`` reads 4 bytes per
+    row group, not 36.
+    """
+    if ref.bytes <= WHOLE_OBJECT_BYTES:
+        data = _through(cache, ref.sha256, lambda: store.get(ref.path, sha256=ref.sha256))
+        cols = read_index(data, ref.header_sha256)
+        return {name: cols[name] for name in names}
+    raw = _through(cache, ref.header_sha256, lambda: _fetch_header(store, ref))
+    header = IndexHeader.from_raw(raw, ref.header_sha256)
+    out = {}
+    for name in names:
+        c = header.columns[name]
+        lo, hi = header.span(name)
+        if hi > ref.bytes:
+            raise IndexFormatError(f"{ref.path}: column {name!r} ends past the object")
+        data = b"" if hi == lo else _through(cache, c["sha256"], lambda lo=lo, hi=hi, c=c:
+                                             store.get(ref.path, c["sha256"], lo, hi))
+        out[name] = header.decode(name, data)
+    return out
+
+
+def check_counts(manifest: Manifest, cols: dict[str, np.ndarray]) -> None:
+    """The index agrees with the manifest's ``totals`` (for the columns at hand)."""
+    t = manifest.counts
+    where = manifest.index.path if manifest.index else "index"
+    for name, total in (("tokens", t.tokens), ("rows", t.rows)):
+        if name in cols:
+            if len(cols[name]) != t.row_groups:
+                raise ManifestError(f"{where}: {len(cols[name])} row groups, the manifest's "
+                                    f"totals say {t.row_groups}")
+            if int(cols[name].sum(dtype=np.uint64)) != total:
+                raise ManifestError(f"{where}: row-group {name} add up to "
+                                    f"{int(cols[name].sum(dtype=np.uint64))}, the manifest's "
+                                    f"totals say {total}")
+    if "first_group" in cols and (len(cols["first_group"]) != t.shards + 1
+                                  or int(cols["first_group"][-1]) != t.row_groups):
+        raise ManifestError(f"{where}: shard table does not match the manifest's totals "
+                            f"({t.shards} shards, {t.row_groups} row groups)")
+
+
+def as_store(store: ReplicaSet | str) -> ReplicaSet:
+    return ReplicaSet.from_urls([store]) if isinstance(store, str) else store
+
+
+_SHARDS: OrderedDict[str, tuple[ShardInfo, ...]] = OrderedDict()
+_SHARDS_LOCK = threading.Lock()
+_SHARDS_KEPT = 4
+
+
+def shards_of(store: ReplicaSet | str, manifest: Manifest) -> tuple[ShardInfo, ...]:
+    """The shards of ``manifest`` as ``ShardInfo``, whichever its format (for admin tools:
+    scrub, gc, export, inspect; the loader reads index columns instead).
+
+    v1: its inline shards. v2: built from its index, read from ``store`` and verified against
+    the manifest's ``IndexRef`` and totals; cached per index sha256 (a few per process).
+    A row group's ``sha256`` from an index is the first 32 hex digits (128 bits) of the
+    token column chunk's sha256: what the index keeps.
+    """
+    if manifest.index is None:
+        return manifest.shards
+    ref = manifest.index
+    with _SHARDS_LOCK:
+        if ref.sha256 in _SHARDS:
+            _SHARDS.move_to_end(ref.sha256)
+            return _SHARDS[ref.sha256]
+    cols = fetch_columns(as_store(store), ref, list({**GROUP_COLUMNS, **SHARD_COLUMNS}))
+    check_counts(manifest, cols)
+    shards = shards_from_columns(cols)
+    with _SHARDS_LOCK:
+        _SHARDS[ref.sha256] = shards
+        while len(_SHARDS) > _SHARDS_KEPT:
+            _SHARDS.popitem(last=False)
+    return shards
+
+
+def shards_from_columns(cols: dict[str, np.ndarray]) -> tuple[ShardInfo, ...]:
+    paths = shard_paths(cols)
+    first = cols["first_group"].astype(np.int64).tolist()
+    rows, toks = cols["rows"].tolist(), cols["tokens"].tolist()
+    offs, lens = cols["offset"].tolist(), cols["length"].tolist()
+    digests = cols["digest"].tobytes()
+    groups = [RowGroupInfo(rows[i], toks[i], offs[i], lens[i],
+                           digests[i * DIGEST_BYTES:(i + 1) * DIGEST_BYTES].hex())
+              for i in range(len(rows))]
+    out = []
+    for s, path in enumerate(paths):
+        out.append(ShardInfo(
+            path=path, rows=int(cols["shard_rows"][s]), tokens=int(cols["shard_tokens"][s]),
+            bytes=int(cols["shard_bytes"][s]), sha256=digest_hex(cols["shard_sha256"], s),
+            row_groups=tuple(groups[first[s]:first[s + 1]]),
+            footer_length=int(cols["footer_length"][s]),
+            footer_sha256=digest_hex(cols["footer_sha256"], s)))
+    return tuple(out)
+
+
+def objects_of(store: ReplicaSet | str, manifest: Manifest) -> list[tuple[str, int, str]]:
+    """Every object a version consists of, ``(path, bytes, sha256)``, manifest aside: what the
+    manifest names (for v2: the index, the tokenizer, the quarantine) and the shards."""
+    out = manifest.objects()
+    if manifest.index is not None:
+        out += [(s.path, s.bytes, s.sha256) for s in shards_of(store, manifest)]
+    return out
+
+
+def shard_paths_of(store: ReplicaSet | str, manifest: Manifest) -> list[str]:
+    """Just the shard paths (two small columns of a v2 index)."""
+    if manifest.index is None:
+        return [s.path for s in manifest.shards]
+    return shard_paths(fetch_columns(as_store(store), manifest.index, ["path_end", "paths"]))

@@ -17,6 +17,8 @@ MANIFEST = "manifest.json"
 TOKENIZER = "tokenizer.json"
 SHARDS_DIR = "shards"
 QUARANTINE_DIR = "quarantine"
+#: the binary row-group index of a v2 manifest (``storage.index``): ``index/<sha16>.sfidx``
+INDEX_DIR = "index"
 #: immutable copies of every committed manifest: ``<sequence>-<manifest sha16>.json``
 VERSIONS_DIR = "_versions"
 #: a run's scratch files (``pipeline.work``), removed once it commits
@@ -46,6 +48,11 @@ def shard_name(index: int, sha256: str) -> str:
 
 def quarantine_name(index: int, sha256: str) -> str:
     return f"{QUARANTINE_DIR}/part-{index:05d}-{_tag(sha256)}.jsonl"
+
+
+def index_name(sha256: str) -> str:
+    """The row-group index object: named by its content, like every object a manifest names."""
+    return f"{INDEX_DIR}/{_tag(sha256)}.sfidx"
 
 
 def tokenizer_name(sha256: str) -> str:

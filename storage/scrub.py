@@ -1,6 +1,7 @@
 """``verify`` and ``repair``: check every object of a manifest on every replica, fix the gaps.
 
-Verification reads each object in full and compares its sha256 with the manifest's. Repair
+Verification reads each object in full and compares its sha256 with the manifest's (for a v2
+manifest: the index object's, and the shards' as the index, verified first, gives them). Repair
 copies a missing or corrupt object from a replica whose copy verifies, writes the manifest
 last, and clears degraded-write markers; a second repair finds nothing to do.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from storage.checksums import digest_bytes
+from storage.index import objects_of
 from storage.layout import MANIFEST
 from storage.manifest import Manifest, write_atomic
 from storage.replicas import DEGRADED_DIR, Replica, ReplicaSet
@@ -19,7 +21,7 @@ from storage.replicas import DEGRADED_DIR, Replica, ReplicaSet
 class Problem:
     replica: str
     path: str
-    kind: str  # missing | corrupt | unreachable | stale-manifest
+    kind: str  # missing | corrupt | unreachable | stale-manifest | unreadable (the index)
     detail: str = ""
 
 
@@ -70,9 +72,18 @@ def _check(replica: Replica, path: str, sha256: str) -> Problem | None:
 def verify(store: ReplicaSet, manifest: Manifest | None = None) -> ScrubReport:
     """Every object of the manifest, on every replica: present, with the right checksum."""
     manifest = manifest or store.read_manifest()
-    objects = manifest.objects()
+    unreadable = None
+    try:
+        objects = objects_of(store, manifest)
+    except (OSError, ValueError) as exc:  # no replica has a good index: check the rest
+        objects = manifest.objects()
+        unreadable = Problem("every replica", manifest.index.path if manifest.index else "",
+                             "unreadable", f"{type(exc).__name__}: {exc}"[:200] +
+                             " (its shards cannot be listed, so they were not checked)")
     manifest_bytes = manifest.to_json().encode("utf-8")
     report = ScrubReport(objects=len(objects) + 1, replicas=len(store.replicas))
+    if unreadable is not None:
+        report.problems.append(unreadable)
     for replica in store.replicas:
         for path, _size, sha in objects:
             problem = _check(replica, path, sha)
@@ -102,12 +113,18 @@ def repair(store: ReplicaSet, manifest: Manifest | None = None) -> ScrubReport:
     report = verify(store, manifest)
     by_name = {r.name: r for r in store.replicas}
     manifest_bytes = manifest.to_json().encode("utf-8")
-    sums = {path: sha for path, _size, sha in manifest.objects()}
+    try:
+        sums = {path: sha for path, _size, sha in objects_of(store, manifest)}
+    except (OSError, ValueError):
+        sums = {path: sha for path, _size, sha in manifest.objects()}
     sums[MANIFEST] = digest_bytes(manifest_bytes)
     # Data objects first, manifests after: a replica must never show a manifest whose
     # objects are not all in place.
     ordered = sorted(report.problems, key=lambda p: p.path == MANIFEST)
     for problem in ordered:
+        if problem.replica not in by_name:
+            report.unrepairable.append(problem)
+            continue
         data = (manifest_bytes if problem.path == MANIFEST
                 else _good_copy(store, problem.path, sums[problem.path]))
         if data is None:

@@ -165,12 +165,12 @@ def history(store: ReplicaSet) -> list[HistoryEntry]:
     for v in store_versions(store):
         try:
             m = Manifest.from_json(store.get(v.path).decode("utf-8"), source=v.path)
-            out.append(HistoryEntry(v, v.tag == current, len(m.shards), m.total_tokens))
+            out.append(HistoryEntry(v, v.tag == current, m.counts.shards, m.total_tokens))
         except (OSError, ManifestError, UnicodeDecodeError) as exc:
             out.append(HistoryEntry(v, v.tag == current, error=f"{type(exc).__name__}: {exc}"))
     if current and not any(e.current for e in out):
         m = store.read_manifest()
-        out.append(HistoryEntry(None, True, len(m.shards), m.total_tokens))
+        out.append(HistoryEntry(None, True, m.counts.shards, m.total_tokens))
     return out
 
 
