@@ -49,7 +49,8 @@ LOW_WATER = 0.9
 #: Temporary files older than this are leftovers of a killed process and are removed on scans.
 STALE_TMP_S = 3600.0
 
-_KEY = re.compile(r"^[0-9a-f]{64}$")
+#: a sha256 in hex, or its first 32 hex digits (the row-group digests of a binary index)
+_KEY = re.compile(r"^[0-9a-f]{32}(?:[0-9a-f]{32})?$")
 _SIZE_FILE = ".size"
 _LOCK_FILE = ".lock"
 _TMP_DIR = "tmp"
@@ -115,7 +116,8 @@ class ChunkCache:
 
     @staticmethod
     def cacheable(key: str) -> bool:
-        """Only a sha256 in hex becomes a file name (a manifest cannot steer paths)."""
+        """Only a sha256 in hex (or its first 128 bits) becomes a file name (a manifest cannot
+        steer paths)."""
         return bool(_KEY.match(key))
 
     def path(self, key: str) -> Path:
@@ -136,7 +138,7 @@ class ChunkCache:
         except OSError:
             self._add(misses=1, errors=1)
             return None
-        if digest_bytes(data) != key:
+        if digest_bytes(data)[:len(key)] != key:
             self._discard(path)
             self._add(misses=1, corrupt=1)
             return None

@@ -1,9 +1,11 @@
 """Token reads: global token ranges -> row groups of Parquet shards -> NumPy arrays.
 
-The manifest's per-row-group token counts map any token offset to (shard, row group) without
-opening a file. A row group is fetched as exactly one ranged GET of its token column chunk,
-through ``storage``'s replica set (failover, back-off), and checked against the manifest's
-sha256 before it is decoded; the shard's footer is fetched and checked once per reader.
+The per-row-group token counts (:class:`loaders.row_groups.RowGroupIndex`: arrays from the
+dataset's binary index, or a v1 manifest's inline shards) map any token offset to (shard, row
+group) without opening a file. A row group is fetched as exactly one ranged GET of its token
+column chunk, through ``storage``'s replica set (failover, back-off), and checked against the
+index's digest (the first 16 bytes of its sha256) before it is decoded; the shard's footer is
+fetched and checked (full sha256) once per reader.
 With a :class:`loaders.cache.ChunkCache`, pieces already on local disk (re-verified there) are
 not requested from the store at all, and fetched ones are added to it. Which row groups to
 hold, and for how long, is :mod:`loaders.prefetch`'s job.
@@ -19,35 +21,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from loaders.cache import ChunkCache
+from loaders.row_groups import RowGroupIndex
 from storage import (
     ChecksumMismatchError,
-    Manifest,
     ManifestError,
     ReplicaSet,
-    ShardInfo,
     digest_bytes,
     tokens,
 )
 
-
-class RowGroupIndex:
-    """Where every row group starts in the global token stream (pure, picklable)."""
-
-    def __init__(self, manifest: Manifest) -> None:
-        self.shards: list[ShardInfo] = list(manifest.shards)
-        entries = [(si, gi, g.tokens) for si, s in enumerate(manifest.shards)
-                   for gi, g in enumerate(s.row_groups)]
-        self.shard_of = np.array([e[0] for e in entries], dtype=np.int64)
-        self.group_of = np.array([e[1] for e in entries], dtype=np.int64)
-        counts = np.array([e[2] for e in entries], dtype=np.int64)
-        self.starts = np.concatenate([[0], np.cumsum(counts)])
-        #: how ``input_ids`` is encoded (checked here, so a bad manifest fails before any read)
-        self.encoding = manifest.schema.get("input_ids", tokens.LEGACY_LIST)
-        tokens.dtype_of(self.encoding)
-        self.total_tokens = int(self.starts[-1])
-
-    def __len__(self) -> int:
-        return len(self.shard_of)
+__all__ = ["RowGroupIndex", "TokenReader"]
 
 
 class _RangeFile(io.RawIOBase):
@@ -149,18 +132,20 @@ class TokenReader:
         against its own sha256, and a mismatch fails the read over to another replica.
         """
         shard = int(self.index.shard_of[groups[0]])
-        info = self.index.shards[shard]
-        if not info.footer_length:
-            raise ManifestError(f"{info.path}: manifest lacks footer/row-group locations; "
+        where = self.index.locations(self.store)
+        path, size = where.paths[shard], int(where.shard_bytes[shard])
+        footer_at = where.footer(shard)
+        if not footer_at[2]:
+            raise ManifestError(f"{path}: manifest lacks footer/row-group locations; "
                                 "rebuild the dataset with this version of the pipeline")
-        pieces: list[tuple[int, int, str, int | None]] = []  # start, end, sha256, group
+        # start, end, digest (hex; a prefix of the piece's sha256), group
+        pieces: list[tuple[int, int, str, int | None]] = []
         for g in groups:
             if int(self.index.shard_of[g]) != shard:
                 raise ValueError("fetch_groups takes row groups of one shard")
-            rg = info.row_groups[int(self.index.group_of[g])]
-            pieces.append((rg.offset, rg.offset + rg.length, rg.sha256, g))
+            pieces.append((*where.piece(g), g))
         if shard not in self._meta:
-            pieces.append((info.bytes - info.footer_length, info.bytes, info.footer_sha256, None))
+            pieces.append((*footer_at, None))
         fetched: dict[int, bytes] = {}
         missing = pieces
         if self.cache is not None:
@@ -172,7 +157,7 @@ class TokenReader:
                 else:
                     fetched[piece[0]] = data
         for request in _coalesce(sorted(missing)):
-            got = self._get_verified(info.path, request)
+            got = self._get_verified(path, request)
             fetched.update(got)
             if self.cache is not None:
                 for start, _end, sha, _g in request:
@@ -186,7 +171,7 @@ class TokenReader:
             if g is None:
                 continue
             gi = int(self.index.group_of[g])
-            source = _RangeFile(info.bytes, start, fetched[start], info.path)
+            source = _RangeFile(size, start, fetched[start], path)
             table = pq.ParquetFile(source, metadata=meta).read_row_group(
                 gi, columns=["input_ids"], use_threads=False)
             out[g] = tokens.unpack(table.column(0), self.index.encoding)
@@ -201,7 +186,7 @@ class TokenReader:
             out = {}
             for start, end, sha, _g in pieces:
                 piece = data[start - lo:end - lo]
-                if digest_bytes(piece) != sha:
+                if not sha or digest_bytes(piece)[:len(sha)] != sha:
                     raise ChecksumMismatchError(
                         f"{path}[{start}:{end}] has checksum {digest_bytes(piece)[:12]}..., "
                         f"manifest says {sha[:12]}...")

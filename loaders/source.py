@@ -97,8 +97,10 @@ class DatasetSource:
         self.eos_id = self.manifest.eos_id
         if settings.return_position_ids and self.eos_id is None:
             raise ValueError("position_ids need the tokenizer's EOS id; the manifest has none")
-        self.index = RowGroupIndex(self.manifest)
-        self.plan = GroupPlan(np.diff(self.index.starts), settings)
+        # The plan's column of the index (v2; a v1 manifest's inline shards otherwise), once,
+        # through the local cache when one is set; the read columns come on the first read.
+        self.index = RowGroupIndex.open(self.store, self.manifest, self._cache())
+        self.plan = GroupPlan(self.index.group_tokens, settings)
         self.n_samples = self.plan.n_samples
         self.first_sample = np.concatenate([[0], np.cumsum(self.plan.group_samples,
                                                            dtype=np.int64)])
@@ -119,12 +121,14 @@ class DatasetSource:
         g = np.searchsorted(self.first_sample, samples, side="right") - 1
         return self.index.starts[g] + (samples - self.first_sample[g]) * (self.seq_len + 1)
 
+    def _cache(self) -> ChunkCache | None:
+        read = self.settings.read
+        return ChunkCache(read.cache_dir, read.cache_bytes) if read.cache_dir else None
+
     @property
     def reader(self) -> TokenReader:
         if self._reader is None:
-            read = self.settings.read
-            cache = ChunkCache(read.cache_dir, read.cache_bytes) if read.cache_dir else None
-            self._reader = TokenReader(self.store, self.index, cache)
+            self._reader = TokenReader(self.store, self.index, self._cache())
         return self._reader
 
     def windows(self, samples: np.ndarray) -> PrefetchingWindows:

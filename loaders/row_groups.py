@@ -1,0 +1,139 @@
+"""Where the row groups are: per-row-group arrays for the plan and the reads, for either
+manifest format.
+
+- The plan needs tokens per row group only: ``RowGroupIndex.open`` reads the index's
+  ``tokens`` and ``first_group`` columns (4 bytes per row group, plus 8 per shard), verified
+  against the manifest, through the local cache when one is set, once per rank.
+- The reads need where each row group's token column chunk is (``offset``, ``length``) and its
+  checksum (``digest``: the first 16 bytes of its sha256), and each shard's path, size and
+  footer: :meth:`RowGroupIndex.locations` reads those columns on the first read, once per
+  process (a DataLoader worker inherits them when they were read before it was started).
+
+A ``shardflow.dataset/1`` manifest lists the same facts inline; they are turned into the same
+arrays (through :func:`storage.index.build_index`), so the reader has one code path. Nothing
+here holds a Python object per row group.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from storage import Manifest, ManifestError, ReplicaSet, tokens
+from storage.index import (
+    DIGEST_BYTES,
+    LOADER_PLAN_COLUMNS,
+    LOADER_READ_COLUMNS,
+    PieceCache,
+    build_index,
+    check_counts,
+    digest_hex,
+    fetch_columns,
+    read_index,
+    shard_paths,
+)
+
+
+@dataclass(frozen=True)
+class Locations:
+    """Byte ranges and checksums: per row group ``offset``/``length``/``digest``; per shard
+    ``paths``, ``shard_bytes``, ``footer_length``, ``footer_sha256`` (V32)."""
+
+    offset: np.ndarray
+    length: np.ndarray
+    digest: np.ndarray  # V16: a truncated sha256 per row group
+    paths: list[str]
+    shard_bytes: np.ndarray
+    footer_length: np.ndarray
+    footer_sha256: np.ndarray
+
+    @classmethod
+    def from_columns(cls, cols: dict[str, np.ndarray]) -> Locations:
+        return cls(cols["offset"], cols["length"], cols["digest"], shard_paths(cols),
+                   cols["shard_bytes"], cols["footer_length"], cols["footer_sha256"])
+
+    def piece(self, g: int) -> tuple[int, int, str]:
+        """Row group ``g``'s token column chunk: ``(start, end, digest hex)``; a piece is
+        verified by ``sha256(bytes).hexdigest().startswith(digest hex)``."""
+        start = int(self.offset[g])
+        return start, start + int(self.length[g]), digest_hex(self.digest, g)
+
+    def footer(self, shard: int) -> tuple[int, int, str]:
+        """Shard ``shard``'s footer: ``(start, end, sha256 hex)``; ``(0, 0, "")`` when the
+        dataset predates recorded footers."""
+        size, length = int(self.shard_bytes[shard]), int(self.footer_length[shard])
+        if not length:
+            return 0, 0, ""
+        return size - length, size, digest_hex(self.footer_sha256, shard)
+
+
+class RowGroupIndex:
+    """Where every row group starts in the global token stream, and (on first use) where its
+    bytes are. Picklable: a DataLoader worker gets the arrays already read."""
+
+    def __init__(self, group_tokens: np.ndarray, first_group: np.ndarray, encoding: str,
+                 locations: Locations | None = None, manifest: Manifest | None = None,
+                 cache: PieceCache | None = None) -> None:
+        group_tokens = np.asarray(group_tokens)
+        first_group = np.asarray(first_group, dtype=np.int64)
+        counts = np.diff(first_group)
+        self.shard_of = np.repeat(np.arange(len(counts), dtype=np.int32 if len(counts) < 1 << 31
+                                            else np.int64), counts)
+        self.group_of = np.arange(len(group_tokens), dtype=np.int64) - first_group[self.shard_of]
+        self.starts = np.concatenate([[0], np.cumsum(group_tokens, dtype=np.int64)])
+        self.group_tokens = group_tokens
+        #: how ``input_ids`` is encoded (checked here, so a bad manifest fails before any read)
+        self.encoding = encoding
+        tokens.dtype_of(self.encoding)
+        self.total_tokens = int(self.starts[-1])
+        self._locations = locations
+        self._manifest = manifest  # v2: where the location columns are read from
+        self._cache = cache
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, store: ReplicaSet, manifest: Manifest,
+             cache: PieceCache | None = None) -> RowGroupIndex:
+        """From a v2 manifest's index (the plan's columns now, the rest on first read) or a
+        v1 manifest's inline shards."""
+        encoding = manifest.schema.get("input_ids", tokens.LEGACY_LIST)
+        if manifest.index is None:
+            cols = read_index(build_index(manifest.shards))
+            return cls(cols["tokens"], cols["first_group"], encoding,
+                       Locations.from_columns(cols))
+        cols = fetch_columns(store, manifest.index, LOADER_PLAN_COLUMNS, cache)
+        check_counts(manifest, cols)
+        return cls(cols["tokens"], cols["first_group"], encoding, None, manifest, cache)
+
+    def __len__(self) -> int:
+        return len(self.shard_of)
+
+    def locations(self, store: ReplicaSet) -> Locations:
+        """The read columns, read (once) from the index on first use."""
+        if self._locations is None:
+            with self._lock:
+                if self._locations is None:
+                    m = self._manifest
+                    assert m is not None and m.index is not None
+                    cols = fetch_columns(store, m.index, LOADER_READ_COLUMNS, self._cache)
+                    n = len(self)
+                    s = int(self.shard_of[-1]) + 1 if n else 0
+                    if (len(cols["offset"]) != n or len(cols["digest"]) != n
+                            or cols["digest"].dtype.itemsize != DIGEST_BYTES
+                            or len(cols["shard_bytes"]) < s):
+                        raise ManifestError(f"{m.index.path}: location columns do not match "
+                                            "the row groups")
+                    self._locations = Locations.from_columns(cols)
+        return self._locations
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_lock"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
