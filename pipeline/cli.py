@@ -121,13 +121,16 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.json:
         print(m.to_json(), end="")
         return 0
-    groups = sum(len(s.row_groups) for s in m.shards)
+    counts = m.counts  # v2: the manifest's totals; the index is not read
     st = m.stats
     print(f"dataset     {args.url}")
     print(f"format      {m.format}")
     print(f"tokenizer   {m.tokenizer.name} (vocab {m.vocab_size}, eos {m.tokenizer.eos_token!r}"
           f"={m.eos_id}, sha256 {m.tokenizer.sha256[:12]}...)")
-    print(f"shards      {len(m.shards)} ({groups} row groups)")
+    print(f"shards      {counts.shards} ({counts.row_groups} row groups)")
+    if m.index is not None:
+        print(f"index       {m.index.path} ({m.index.bytes:,} bytes, sha256 "
+              f"{m.index.sha256[:12]}...)")
     print(f"documents   {m.total_rows:,} (in: {st.get('documents_in', '?'):,}; "
           f"dropped: {st.get('dropped', {})}; quarantined: {st.get('quarantined', {})})")
     print(f"tokens      {m.total_tokens:,}")

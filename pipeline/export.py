@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.progress import ProgressBar
-from storage import Manifest, ReplicaSet, ShardInfo, resolve, tokens, write_atomic
+from storage import Manifest, ReplicaSet, ShardInfo, resolve, shards_of, tokens, write_atomic
 
 FORMATS = ("parquet-list", "jsonl", "hf")
 LIST_SCHEMA = pa.schema([pa.field("doc_id", pa.string(), nullable=False),
@@ -104,9 +104,10 @@ def export(store: ReplicaSet, output: str, fmt: str,
     write: Callable[[Iterator[pa.RecordBatch]], bytes] = _jsonl if fmt == "jsonl" else _parquet
     suffix = "jsonl" if fmt == "jsonl" else "parquet"
     prefix = "data/" if fmt == "hf" else ""
-    bar = ProgressBar(len(manifest.shards), label="shards", enabled=progress, stream=log)
+    shards = shards_of(store, manifest)  # v2: from its index, verified
+    bar = ProgressBar(len(shards), label="shards", enabled=progress, stream=log)
     names: list[str] = []
-    for i, shard in enumerate(manifest.shards):
+    for i, shard in enumerate(shards):
         names.append(f"{prefix}part-{i:05d}.{suffix}")
         write_atomic(out, names[-1], write(list_batches(_read(store, shard), encoding)))
         bar.update(1, shard.tokens)

@@ -2,7 +2,9 @@
 
 Order of events, each safe to interrupt: the tokenizer is written; phase 1 and phase 2 leave
 markers under ``_work/`` (see ``pipeline.work``); the manifest is built last, in partition
-order, from results that do not depend on timing, and committed by one atomic put of
+order, from results that do not depend on timing; the binary row-group index of its shards is
+put (``index/<sha16>.sfidx``, the store's quorum put) and named by the manifest
+(``shardflow.dataset/2``), which is committed by one atomic put of
 ``manifest.json`` (``storage.versions.commit``, which then records the version under
 ``_versions/``); then ``_work/`` is removed. Every object outside ``_work/`` has a
 content-addressed name, so a rebuild into the output of a committed dataset never touches what
@@ -56,6 +58,7 @@ from storage import (
     TokenizerInfo,
     commit,
     display_url,
+    index,
     shard_name,
     tokenizer_name,
     tokens,
@@ -83,6 +86,9 @@ class RunSummary:
     resumed: int = 0
     #: the version record this run added (``""``: the manifest was the latest version's)
     version: str = ""
+    inputs: int = 0
+    #: inputs of 0 bytes (a truncated upload, an empty .jsonl.gz): listed, never silent
+    empty_inputs: tuple[str, ...] = ()
     extra: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -92,8 +98,11 @@ class RunSummary:
     def render(self) -> str:
         def reasons(d: dict[str, int]) -> str:
             return ", ".join(f"{k}={v}" for k, v in sorted(d.items())) or "none"
+        empty = (f" ({len(self.empty_inputs)} empty: {', '.join(self.empty_inputs[:5])}"
+                 f"{', ...' if len(self.empty_inputs) > 5 else ''})" if self.empty_inputs else "")
         return "\n".join([
             f"dataset      {self.output}",
+            f"inputs       {self.inputs} files{empty}",
             f"partitions   {self.partitions} -> {self.shards} shards "
             f"({self.resumed} phase-1 results reused from an earlier run)",
             f"documents    {self.docs_in} in, {self.docs_out} out",
@@ -292,6 +301,10 @@ def run(cfg: PipelineConfig, log: TextIO | None = None, progress: bool = True) -
     where = " + ".join(display_url(r.loc.url) for r in store.replicas)
     print(f"shardflow: {len(files)} files, {total_bytes:,} bytes -> {len(parts)} partitions "
           f"-> {where}", file=log)
+    empty = tuple(display_url(f.url) for f in files if f.size == 0)
+    if empty:
+        print(f"shardflow: {len(empty)} empty input files (0 bytes): "
+              f"{', '.join(empty[:5])}{', ...' if len(empty) > 5 else ''}", file=log)
 
     with dask_client(cfg.n_workers, cfg.scheduler, cfg.dashboard_address,
                      cfg.tokenizer_threads, cfg.adapt_range) as client:
@@ -304,15 +317,19 @@ def run(cfg: PipelineConfig, log: TextIO | None = None, progress: bool = True) -
         bar = ProgressBar(2 * len(parts), label="tasks", enabled=progress, stream=log)
         ones, twos, resumed = _execute(client, cfg, store, tok, parts, bar)
 
-    manifest = build_manifest(cfg, tok, ones, twos)
+    listed = build_manifest(cfg, tok, ones, twos)
+    # The row-group index goes before the swap (content-addressed: a rerun rewrites the same
+    # bytes under the same name); the manifest then names it instead of listing the shards.
+    manifest = index.with_index(listed, listed.shards, index.write_index(store, listed.shards))
     recorded = commit(store, manifest, log)  # the swap of manifest.json: last, atomic
     work.remove_work(store)
     stats = manifest.stats
     return RunSummary(
-        output=where, partitions=len(parts), shards=len(manifest.shards),
+        output=where, partitions=len(parts), shards=manifest.counts.shards,
         docs_in=stats["documents_in"], docs_out=stats["documents_out"],
         dropped=stats["dropped"], quarantined=stats["quarantined"], tokens=stats["tokens"],
         bytes=stats["bytes"], wall_s=time.perf_counter() - start, dashboard=dashboard,
         resumed=resumed,
         version=f"{recorded.sequence} ({recorded.path})" if recorded else "",
+        inputs=len(files), empty_inputs=empty,
     )
