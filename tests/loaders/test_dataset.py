@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from loaders import TokenDataset, build_dataloader
-from storage import read_manifest, tokens
+from storage import read_manifest, shards_of, tokens
 
 SEQ = 64
 
@@ -19,7 +19,7 @@ def _stream(dataset: str) -> np.ndarray:
     """The whole token stream, read straight from the shards in manifest order."""
     m = read_manifest(dataset)
     parts = [tokens.unpack(pq.read_table(Path(dataset) / s.path).column("input_ids"),
-                           m.schema["input_ids"]) for s in m.shards]
+                           m.schema["input_ids"]) for s in shards_of(dataset, m)]
     return np.concatenate(parts).astype(np.int64)
 
 
@@ -40,7 +40,7 @@ def _collect(dataset: str, rank: int, world: int, workers: int, epoch: int = 0,
 def _grid(dataset: str) -> list[int]:
     """Start of every sample, derived from the manifest alone: whole windows per row group."""
     starts, offset = [], 0
-    for shard in read_manifest(dataset).shards:
+    for shard in shards_of(dataset, read_manifest(dataset)):
         for g in shard.row_groups:
             starts += range(offset, offset + (g.tokens // (SEQ + 1)) * (SEQ + 1), SEQ + 1)
             offset += g.tokens
@@ -66,7 +66,8 @@ def test_two_ranks_two_workers_cover_the_stream(tiny_dataset: str) -> None:
     # Disjoint apart from the documented padding; the union is every window of the grid,
     # i.e. all tokens but each row group's last (tokens % (SEQ + 1)).
     assert len(stream) - n * width == sum(
-        g.tokens % width for s in read_manifest(tiny_dataset).shards for g in s.row_groups)
+        g.tokens % width for s in shards_of(tiny_dataset, read_manifest(tiny_dataset))
+        for g in s.row_groups)
     assert len(set(all_ids)) == n == len(all_ids) - pad
     assert sorted(set(all_ids)) == list(range(n))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from storage import (
     ReplicaError,
     ReplicaSet,
     read_manifest,
+    shards_of,
 )
 from storage.cli import main as storage_main
 from storage.retry import PERMANENT, THROTTLE, TIMEOUT, TRANSIENT, Backoff, classify, is_throttle
@@ -39,7 +41,7 @@ def _flip(path: Path, offset: int) -> None:
 
 def test_corrupt_row_group_fails_over_to_the_good_copy(two_copies: tuple[str, str]) -> None:
     a, b = two_copies
-    shard = read_manifest(a).shards[0]
+    shard = shards_of(a, read_manifest(a))[0]
     _flip(Path(a) / shard.path, shard.row_groups[0].offset + 10)
     reference = [x["input_ids"] for x in TokenDataset(b, 64, shuffle=False, rank=0,
                                                         world_size=1)]
@@ -52,23 +54,26 @@ def test_corrupt_row_group_fails_over_to_the_good_copy(two_copies: tuple[str, st
 
 def test_corrupt_copy_everywhere_is_a_clear_error(two_copies: tuple[str, str]) -> None:
     a, b = two_copies
-    shard = read_manifest(a).shards[0]
-    for root in (a, b):
-        _flip(Path(root) / shard.path, shard.row_groups[0].offset + 10)
-    store = ReplicaSet.from_urls([a, b])
+    shard = shards_of(a, read_manifest(a))[0]
     g = shard.row_groups[0]
+    good = (Path(a) / shard.path).read_bytes()[g.offset:g.offset + g.length]
+    sha = hashlib.sha256(good).hexdigest()
+    assert sha.startswith(g.sha256)  # the index keeps its first 128 bits
+    for root in (a, b):
+        _flip(Path(root) / shard.path, g.offset + 10)
+    store = ReplicaSet.from_urls([a, b])
     with pytest.raises(ReplicaError, match=r"replica 0 .*ChecksumMismatchError.*replica 1"):
-        store.get(shard.path, g.sha256, g.offset, g.offset + g.length)
+        store.get(shard.path, sha, g.offset, g.offset + g.length)
     single = ReplicaSet.from_urls([a])
     with pytest.raises(ReplicaError, match=ChecksumMismatchError.__name__):
-        single.get(shard.path, g.sha256, g.offset, g.offset + g.length)
+        single.get(shard.path, sha, g.offset, g.offset + g.length)
 
 
 def test_verify_names_the_object_and_repair_fixes_it(two_copies: tuple[str, str],
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     a, b = two_copies
     manifest = read_manifest(a)
-    shard, tokenizer = manifest.shards[1], manifest.tokenizer.path
+    shard, tokenizer = shards_of(a, manifest)[1], manifest.tokenizer.path
     _flip(Path(b) / shard.path, 100)
     (Path(a) / tokenizer).unlink()
     assert storage_main(["verify", a, "--replica", b]) == 1

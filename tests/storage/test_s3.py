@@ -26,8 +26,10 @@ from storage import (
     ReplicaError,
     ReplicaSet,
     UnsafePathError,
+    digest_bytes,
     read_manifest,
     resolve,
+    shards_of,
 )
 from storage.scrub import repair, verify
 from storage.testing import S3Server, start_servers
@@ -110,7 +112,7 @@ def test_manifest_escaping_the_root_is_rejected_on_s3(s3_bucket) -> None:
     run(_cfg(url, s3_bucket.storage_options), progress=False)
     loc = resolve(url, s3_bucket.storage_options)
     manifest = json.loads(loc.fs.cat_file(loc.path("manifest.json")))
-    manifest["shards"][0]["path"] = "../other-dataset/shards/part-00000.parquet"
+    manifest["index"]["path"] = "../other-dataset/index/0123456789abcdef.sfidx"
     loc.fs.pipe_file(loc.path("manifest.json"), json.dumps(manifest).encode())
     with pytest.raises(UnsafePathError, match="not a plain relative path"):
         read_manifest(url, s3_bucket.storage_options)
@@ -122,7 +124,7 @@ def test_flipped_bytes_on_one_replica_are_caught_verified_and_repaired(s3_bucket
     opts = [a.storage_options, b.storage_options]
     run(_cfg(urls[0], {}, replicas=[urls[1]], replica_options=opts), progress=False)
     manifest = read_manifest(urls[1], opts[1])
-    shard = manifest.shards[0]
+    shard = shards_of(ReplicaSet.from_urls([urls[1]], opts[1]), manifest)[0]
     loc = resolve(urls[1], opts[1])
     data = bytearray(loc.fs.cat_file(loc.path(shard.path)))
     data[shard.row_groups[0].offset + 5] ^= 0xFF
@@ -335,9 +337,10 @@ def test_first_read_after_sigkill_of_the_primary_fails_over_fast(pair, tiny_data
     assert max(waits) < 1.0, max(waits)
     store = ReplicaSet.from_urls(urls, replica_options=opts)  # fresh: nothing known yet
     manifest = read_manifest(urls[1], opts[1])
-    shard = manifest.shards[0]
+    shard = shards_of(ReplicaSet.from_urls([urls[1]], opts[1]), manifest)[0]
     g = shard.row_groups[0]
     t0 = time.perf_counter()
-    store.get(shard.path, g.sha256, g.offset, g.offset + g.length)
+    data = store.get(shard.path, None, g.offset, g.offset + g.length)
     first_read = time.perf_counter() - t0
+    assert digest_bytes(data).startswith(g.sha256)  # the index's 128-bit digest
     assert store.failovers == 1 and first_read < 1.0, first_read
