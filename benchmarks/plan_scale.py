@@ -1,11 +1,13 @@
 """What one rank pays to start (and to resume) at trillion-token scale: build time, peak RSS.
 
-A synthetic binary row-group index (:mod:`storage.index`; only the index, no shard data) of
-``--row-groups`` row groups of ~256 Ki tokens (262,144 plus up to 4,000: the overshoot of
-the document that closes a row group), 16 per shard, goes through the loader's own code path:
+A synthetic ``shardflow.dataset/2`` dataset (a binary row-group index, :mod:`storage.index`,
+and the manifest naming it; no shard data) of ``--row-groups`` row groups of ~256 Ki tokens
+(262,144 plus up to 4,000: the overshoot of the document that closes a row group), 16 per
+shard, goes through the loader's own code path:
 
-    read the index's ``tokens`` column (ranged reads, checksummed) -> loaders.source.GroupPlan
-    -> GroupPlan.lane_samples(this rank's lanes) -> loaders.plan.sequence -> the first batch
+    loaders.source.DatasetSource: read manifest.json (a few KB) -> the index's ``tokens`` and
+    ``first_group`` columns (ranged reads, checksummed; loaders.row_groups.RowGroupIndex.open)
+    -> GroupPlan -> lane_samples(this rank's lanes) -> loaders.plan.sequence -> the first batch
 
 for rank ``--rank`` of ``--world`` (per-rank batch 8 samples of 2048 tokens, one lane per
 sample of the global batch, the loader's defaults). ``build_s`` is that, from a cold process
@@ -25,6 +27,7 @@ permuted sizes is the longest (rank 0 stops after its own 1/W).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -90,11 +93,36 @@ def make_index(n_groups: int, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def write_manifest_for(index_file: Path, root: Path) -> Any:
+    """Make ``root`` a v2 dataset around the index at ``index_file`` (moved to its
+    content-addressed name); the manifest's totals come from the index."""
+    from storage import Manifest, TokenizerInfo, Totals, index_name, resolve, write_manifest
+    from storage.index import index_ref, read_index
+
+    data = index_file.read_bytes()
+    ref = index_ref(index_name(hashlib.sha256(data).hexdigest()), data)
+    cols = read_index(data)
+    totals = Totals(len(cols["shard_rows"]), len(cols["rows"]),
+                    int(cols["rows"].sum(dtype=np.uint64)),
+                    int(cols["tokens"].sum(dtype=np.uint64)),
+                    int(cols["shard_bytes"].sum(dtype=np.uint64)))
+    del cols, data
+    (root / "index").mkdir(parents=True, exist_ok=True)
+    os.replace(index_file, root / ref.path)
+    tok = TokenizerInfo("synthetic", "tokenizer-0000000000000000.json", "0" * 64, 50257, 50256,
+                        "<|endoftext|>")
+    manifest = Manifest(tok, (), {"doc_id": "string", "input_ids": "binary<uint16le>"},
+                        index=ref, totals=totals)
+    write_manifest(resolve(str(root)), manifest)
+    return manifest
+
+
 def index_path(n_groups: int) -> Path:
-    path = INDEX_DIR / f"index-{n_groups}.sfidx"
-    if not path.exists():
-        INDEX_DIR.mkdir(parents=True, exist_ok=True)
-        # In a child process: building it must not count in a measured process's peak RSS.
+    """The synthetic dataset's directory (made once, in a child process: building it must
+    not count in a measured process's peak RSS)."""
+    path = INDEX_DIR / f"dataset-{n_groups}"
+    if not (path / "manifest.json").exists():
+        path.mkdir(parents=True, exist_ok=True)
         subprocess.run([sys.executable, __file__, "--make-index", str(n_groups), str(path)],
                        check=True)
     return path
@@ -105,21 +133,14 @@ def measure(path: Path, world: int, rank: int) -> dict[str, Any]:
     from loaders import plan
     from loaders.plan import Layout, Progress
     from loaders.settings import LoaderSettings
-    from loaders.source import GroupPlan
-    from storage.index import read_columns
+    from loaders.source import DatasetSource
 
     settings = LoaderSettings(SEQ)
     base_rss = _status_mb("VmRSS")
 
     def first_batch(world_: int, rank_: int, batch: int, progress: Progress
                     ) -> tuple[np.ndarray, int]:
-        with open(path, "rb") as fh:
-            def read_range(lo: int, hi: int) -> bytes:
-                fh.seek(lo)
-                return fh.read(hi - lo)
-
-            tokens = read_columns(read_range, ["tokens"])["tokens"]
-        source = GroupPlan(tokens, settings)
+        source = DatasetSource(str(path), settings)  # what TokenDataset opens
         layout = Layout(world * BATCH, 1, world_, rank_, batch)
         lo, hi = layout.rank_lanes()
         block = source.lane_samples(progress.epoch, layout.lanes, lo, hi)
@@ -139,7 +160,7 @@ def measure(path: Path, world: int, rank: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     first_batch(other, rank // 2 if world > 1 else 0, BATCH * world // other, half)
     resume_other_s = time.perf_counter() - t0
-    return {"row_groups": int(path.stem.split("-")[1]), "world": world, "rank": rank,
+    return {"row_groups": int(path.name.split("-")[1]), "world": world, "rank": rank,
             "build_s": build_s, "resume_same_s": resume_same_s,
             "resume_other_s": resume_other_s, "other_world": other,
             "peak_rss_mb": _status_mb("VmHWM"), "extra_rss_mb": _status_mb("VmHWM") - base_rss,
@@ -193,12 +214,15 @@ def main() -> int:
     parser.add_argument("--world", type=int)
     parser.add_argument("--rank", type=int)
     parser.add_argument("--json", action="store_true", help="one point, one JSON object")
-    parser.add_argument("--index", type=Path, help="a synthetic index already written")
+    parser.add_argument("--index", type=Path,
+                        help="a synthetic dataset (index + manifest) already written")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--make-index", nargs=2, metavar=("N", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.make_index:
-        make_index(int(args.make_index[0]), Path(args.make_index[1]))
+        root = Path(args.make_index[1])
+        make_index(int(args.make_index[0]), root / "synthetic.sfidx")
+        write_manifest_for(root / "synthetic.sfidx", root)
         return 0
     if args.world is not None:
         n = args.row_groups or SIZES[0]

@@ -82,7 +82,9 @@ class RowGroupIndex:
         counts = np.diff(first_group)
         self.shard_of = np.repeat(np.arange(len(counts), dtype=np.int32 if len(counts) < 1 << 31
                                             else np.int64), counts)
-        self.group_of = np.arange(len(group_tokens), dtype=np.int64) - first_group[self.shard_of]
+        # int32: a shard has far fewer than 2**31 row groups; 4 bytes per row group each
+        self.group_of = (np.arange(len(group_tokens), dtype=np.int64)
+                         - first_group[self.shard_of]).astype(np.int32)
         self.starts = np.concatenate([[0], np.cumsum(group_tokens, dtype=np.int64)])
         self.group_tokens = group_tokens
         #: how ``input_ids`` is encoded (checked here, so a bad manifest fails before any read)

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from storage import ReplicaSet, read_manifest, tokens
+from storage import ReplicaSet, read_manifest, shards_of, tokens
 
 REPO = Path(__file__).resolve().parents[2]
 SEQ = 63
@@ -31,7 +31,7 @@ def _shard_documents(dataset: str) -> list[np.ndarray]:
 
     m = read_manifest(dataset)
     docs: list[np.ndarray] = []
-    for shard in m.shards:
+    for shard in shards_of(dataset, m):
         column = pq.read_table(Path(dataset) / shard.path).column("input_ids")
         docs += tokens.documents(column, m.schema["input_ids"])
     return docs
@@ -43,7 +43,7 @@ def _windows_from_documents(dataset: str, docs: list[list[int]]) -> list[tuple[i
     m = read_manifest(dataset)
     stream = np.concatenate([np.asarray(d, dtype=np.int64) for d in docs])
     out, start = [], 0
-    for shard in m.shards:
+    for shard in shards_of(dataset, m):
         for group in shard.row_groups:
             for k in range(group.tokens // (SEQ + 1)):
                 lo = start + k * (SEQ + 1)

@@ -15,7 +15,7 @@ import pytest
 
 from pipeline.config import PipelineConfig
 from pipeline.job import run
-from storage import read_manifest
+from storage import read_manifest, shards_of
 from tests.conftest import shakespeare_texts
 from tests.pipeline._procs import (
     ENV,
@@ -54,8 +54,9 @@ def reference(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def assert_identical(ds: Path, ref: Path) -> None:
     assert (ds / "manifest.json").read_bytes() == (ref / "manifest.json").read_bytes()
     m = read_manifest(str(ref))
-    assert len(m.shards) > 10
-    for obj in [*m.shards, *m.quarantine]:
+    shards = shards_of(str(ref), m)
+    assert len(shards) > 10 and m.index is not None
+    for obj in [*shards, *m.quarantine, m.index]:
         assert (ds / obj.path).read_bytes() == (ref / obj.path).read_bytes()
     assert not (ds / "_work").exists()
 

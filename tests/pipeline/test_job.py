@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -19,13 +20,14 @@ from pipeline.plan import plan_partitions
 from pipeline.readers import ReadOptions, read_partition
 from pipeline.records import Document
 from pipeline.shards import encode_table
-from storage import read_manifest, tokens
+from storage import FORMAT_V2, ShardInfo, index_name, read_manifest, shards_of, tokens
+from storage.index import build_index, index_ref
 
 
 def rows(dataset: str) -> list[tuple[str, list[int]]]:
     m = read_manifest(dataset)
     out = []
-    for shard in m.shards:
+    for shard in shards_of(dataset, m):
         table = pq.read_table(Path(dataset) / shard.path)
         docs = tokens.documents(table.column("input_ids"), m.schema["input_ids"])
         out += list(zip(table.column("doc_id").to_pylist(), [d.tolist() for d in docs],
@@ -54,7 +56,11 @@ def test_manifest_counts_match_the_shards(tiny_dataset: str) -> None:
     assert m.vocab_size == 50257 and m.eos_id == 50256
     assert m.schema["input_ids"] == "binary<uint16le>"  # GPT-2's ids fit in 16 bits
     counted = 0
-    for shard in m.shards:
+    shards = shards_of(tiny_dataset, m)
+    assert m.format == FORMAT_V2 and not m.shards and m.index is not None
+    assert m.counts.shards == len(shards) and m.counts.row_groups == sum(
+        len(s.row_groups) for s in shards)
+    for shard in shards:
         path = Path(tiny_dataset) / shard.path
         assert hashlib.sha256(path.read_bytes()).hexdigest() == shard.sha256
         assert path.stat().st_size == shard.bytes
@@ -78,11 +84,23 @@ def test_every_shard_is_the_canonical_encoding_of_its_rows(tiny_dataset: str) ->
     manifest entry are what encoding the shard's rows gives (so neither path can drift)."""
     m = read_manifest(tiny_dataset)
     dtype = tokens.dtype_of(m.schema["input_ids"])
-    for shard in m.shards:
+    infos = []
+    for shard in shards_of(tiny_dataset, m):
         table = pq.read_table(Path(tiny_dataset) / shard.path)
         data, info = encode_table(table, dtype, 8192, shard.path)
-        assert info == shard
+        assert _as_indexed(info) == shard
         assert data == (Path(tiny_dataset) / shard.path).read_bytes()
+        infos.append(info)
+    # The index is the canonical index of those shards, under its content-addressed name.
+    index = build_index(infos)
+    assert m.index == index_ref(index_name(hashlib.sha256(index).hexdigest()), index)
+    assert (Path(tiny_dataset) / m.index.path).read_bytes() == index
+
+
+def _as_indexed(info: ShardInfo) -> ShardInfo:
+    """A shard as the index keeps it: each row group's digest is its sha256's first 128 bits."""
+    groups = tuple(replace(g, sha256=g.sha256[:32]) for g in info.row_groups)
+    return replace(info, row_groups=groups)
 
 
 def test_output_is_the_cleaned_first_occurrences_in_order(tiny_dataset: str,
@@ -117,9 +135,10 @@ def test_rerun_with_other_worker_count_is_byte_identical(
     run(cfg, progress=False)
     first = (Path(tiny_dataset) / "manifest.json").read_bytes()
     assert (tmp_path / "same" / "manifest.json").read_bytes() == first
-    for shard in read_manifest(tiny_dataset).shards:
-        assert (tmp_path / "same" / shard.path).read_bytes() == \
-            (Path(tiny_dataset) / shard.path).read_bytes()
+    m = read_manifest(tiny_dataset)
+    for path, _size, _sha in [*m.objects(), *((s.path, 0, "") for s in shards_of(
+            tiny_dataset, m))]:
+        assert (tmp_path / "same" / path).read_bytes() == (Path(tiny_dataset) / path).read_bytes()
 
 
 def test_bad_input_is_quarantined_and_every_good_record_kept(tmp_path: Path) -> None:
