@@ -118,9 +118,10 @@ class _WriteDeadline:
 def _with_write_deadline(loc: Location, nbytes: int) -> Location:
     from fsspec.asyn import AsyncFileSystem
 
-    if not isinstance(loc.fs, AsyncFileSystem):
+    fs = getattr(loc.fs, "fsspec", loc.fs)  # the s3fs behind an obstore read client writes
+    if not isinstance(fs, AsyncFileSystem):
         return loc  # local and other blocking filesystems: the OS's own semantics
-    return dataclasses.replace(loc, fs=_WriteDeadline(loc.fs, write_deadline_s(nbytes)))
+    return dataclasses.replace(loc, fs=_WriteDeadline(fs, write_deadline_s(nbytes)))
 
 
 def _timed(fn: Callable[[], T]) -> Callable[[], tuple[T, float]]:

@@ -122,6 +122,11 @@ def classify(exc: BaseException) -> str:
             if code in THROTTLE_CODES or status in THROTTLE_STATUS:
                 return THROTTLE
             return TRANSIENT if status in TRANSIENT_STATUS else PERMANENT
+        status = getattr(e, "status", None)  # storage.clients.HTTPStatusError (obstore)
+        if isinstance(e, OSError) and isinstance(status, int) and 400 <= status < 600:
+            if status in THROTTLE_STATUS:
+                return THROTTLE
+            return TRANSIENT if status in TRANSIENT_STATUS else PERMANENT
         if isinstance(e, timeouts):  # before connections: some timeouts are both
             return TIMEOUT
         if isinstance(e, connections):

@@ -104,23 +104,47 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def resolve(url: str, storage_options: dict[str, Any] | None = None) -> Location:
-    """Turn a URL (or plain path) plus options into a :class:`Location`."""
-    protocol, _ = split_protocol(url)
-    protocol = protocol or "file"
+def _s3_options(storage_options: dict[str, Any] | None) -> dict[str, Any]:
     options = dict(storage_options or {})
-    if protocol in ("s3", "s3a"):
-        user_retries = options.get("config_kwargs", {}).get("retries")
-        options = _merge(_merge(S3_DEFAULTS, s3_options_from_env()), options)
-        if isinstance(user_retries, dict):
-            # botocore lets total_max_attempts win over max_attempts: an explicit retries
-            # setting replaces ours whole instead of being silently overridden by it
-            options["config_kwargs"]["retries"] = dict(user_retries)
+    user_retries = options.get("config_kwargs", {}).get("retries")
+    options = _merge(_merge(S3_DEFAULTS, s3_options_from_env()), options)
+    if isinstance(user_retries, dict):
+        # botocore lets total_max_attempts win over max_attempts: an explicit retries
+        # setting replaces ours whole instead of being silently overridden by it
+        options["config_kwargs"]["retries"] = dict(user_retries)
+    return options
+
+
+def _fsspec_fs(url: str, options: dict[str, Any]) -> tuple[Any, str]:
+    """The fsspec filesystem of ``url`` and its root (options completed by :func:`resolve`)."""
+    protocol = split_protocol(url)[0] or "file"
     fs, root = fsspec.core.url_to_fs(url, **options)
     if protocol in ("s3", "s3a"):
         # s3fs's own retry loop (5 tries with growing sleeps, on top of botocore's) would
         # multiply every deadline; one try, and the replica set retries or fails over.
         fs.retries = 1
+    return fs, root
+
+
+def resolve(url: str, storage_options: dict[str, Any] | None = None) -> Location:
+    """Turn a URL (or plain path) plus options into a :class:`Location`.
+
+    An ``s3://`` URL reads through ``obstore`` when it is installed and the options allow
+    (:mod:`storage.clients`); everything else, and S3 writes, through fsspec.
+    """
+    protocol, _ = split_protocol(url)
+    protocol = protocol or "file"
+    options = dict(storage_options or {})
+    if protocol in ("s3", "s3a"):
+        options = _s3_options(options)
+        from storage.clients import ObstoreS3FileSystem, wants_obstore
+
+        settings = wants_obstore(options)
+        if settings is not None:
+            root = url.split("://", 1)[1].strip("/")
+            fs = ObstoreS3FileSystem(url, options, settings)
+            return Location(url=url.rstrip("/") or url, fs=fs, root=root)
+    fs, root = _fsspec_fs(url, options)
     if isinstance(fs, LocalFileSystem):
         root = os.path.abspath(root)
         url = root

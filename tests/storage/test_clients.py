@@ -1,0 +1,95 @@
+"""The obstore read client behind fsspec URLs: option translation, errors, reads, pickling."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from storage import ReplicaSet
+from storage.clients import (
+    CLIENT_ENV,
+    HTTPStatusError,
+    ObstoreS3FileSystem,
+    ReadTimeoutError,
+    read_range,
+    s3_config,
+)
+from storage.retry import PERMANENT, THROTTLE, TRANSIENT, classify
+from storage.urls import resolve
+
+pytest.importorskip("obstore")
+
+OPTS = {"key": "AK", "secret": "SK", "client_kwargs": {"endpoint_url": "http://127.0.0.1:9000",
+                                                       "region_name": "eu-west-1"},
+        "config_kwargs": {"connect_timeout": 2, "read_timeout": 5,
+                          "retries": {"total_max_attempts": 1}, "s3": {"addressing_style": "path"}}}
+
+
+def test_s3fs_options_translate() -> None:
+    got = s3_config(OPTS, env={})
+    assert got is not None
+    cfg = got["config"]
+    assert cfg["access_key_id"] == "AK" and cfg["secret_access_key"] == "SK"
+    assert cfg["endpoint"] == "http://127.0.0.1:9000" and cfg["region"] == "eu-west-1"
+    assert cfg["virtual_hosted_style_request"] is False
+    assert got["client_options"]["allow_http"] is True
+    assert got["client_options"]["read_timeout"].total_seconds() == 5
+
+
+def test_options_obstore_cannot_honour_keep_s3fs() -> None:
+    assert s3_config({"profile": "dev"}, env={}) is None
+    assert s3_config({**OPTS, "requester_pays": True}, env={}) is None
+    assert s3_config({"client_kwargs": {"endpoint_url": "http://x"}}, env={}) is None  # no creds
+    assert s3_config({"anon": True}, env={})["config"]["skip_signature"] is True
+    env = {"AWS_ACCESS_KEY_ID": "A", "AWS_SECRET_ACCESS_KEY": "S"}
+    assert s3_config({}, env=env)["config"]["access_key_id"] == "A"
+    assert s3_config({}, env={**env, "AWS_PROFILE": "p"}) is None
+
+
+def test_client_choice_by_environment(monkeypatch) -> None:
+    monkeypatch.setenv(CLIENT_ENV, "s3fs")
+    assert not isinstance(resolve("s3://b/ds", OPTS).fs, ObstoreS3FileSystem)
+    monkeypatch.setenv(CLIENT_ENV, "auto")
+    loc = resolve("s3://b/ds/", OPTS)
+    assert isinstance(loc.fs, ObstoreS3FileSystem) and loc.root == "b/ds"
+    assert loc.path("x/y") == "b/ds/x/y"
+    monkeypatch.setenv(CLIENT_ENV, "obstore")
+    with pytest.raises(ValueError):
+        resolve("s3://b/ds", {"profile": "dev"})
+
+
+def test_http_status_errors_classify_like_botocore_ones() -> None:
+    assert classify(HTTPStatusError("x", 503)) == THROTTLE
+    assert classify(HTTPStatusError("x", 500)) == TRANSIENT
+    assert classify(HTTPStatusError("x", 400)) == PERMANENT
+    assert classify(ReadTimeoutError("x")) == "timeout"
+
+
+def test_reads_errors_and_pickling_against_a_real_server(s3_bucket, monkeypatch) -> None:
+    monkeypatch.setenv(CLIENT_ENV, "obstore")
+    url = f"{s3_bucket.url}/ds"
+    store = ReplicaSet.from_urls([url], s3_bucket.storage_options)
+    fs = store.primary.fs
+    assert isinstance(fs, ObstoreS3FileSystem)
+    data = bytes(range(256)) * 40
+    store.put("obj.bin", data)  # writes go through s3fs
+    path = store.primary.path("obj.bin")
+    assert fs.cat_file(path) == data
+    assert fs.cat_file(path, start=100, end=300) == data[100:300]
+    assert bytes(read_range(fs, path, 5, 10)) == data[5:10]
+    assert fs.cat_file(path, start=10_000, end=20_000) == data[10_000:]  # cut at the end
+    assert fs.exists(path)  # delegated to s3fs
+    with pytest.raises(FileNotFoundError):
+        fs.cat_file(store.primary.path("missing"))
+    clone = pickle.loads(pickle.dumps(store))
+    assert clone.get("obj.bin", start=1, end=4) == data[1:4]
+    bad = dict(s3_bucket.storage_options, secret="wrong-" + "s" * 30)
+    denied = resolve(url, bad)
+    with pytest.raises(PermissionError) as info:
+        denied.fs.cat_file(path)
+    assert "wrong-" not in str(info.value)
+    refused = dict(s3_bucket.storage_options,
+                   client_kwargs={"endpoint_url": "http://127.0.0.1:1", "region_name": "us-east-1"})
+    with pytest.raises(ConnectionError):
+        resolve(url, refused).fs.cat_file(path)
