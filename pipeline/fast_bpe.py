@@ -141,12 +141,16 @@ def _pre_tokenizer_problem(pre: dict | None) -> str | None:
 
 
 def _ranks_problem(vocab: dict[str, int], merges: list) -> str | None:
-    """Each merge's result is in the vocabulary, with ids rising with the merges' order."""
+    """Each merge's result is in the vocabulary, with ids never falling in the merges' order.
+
+    Equal ids in a row are one token's several merges, as in vocabularies converted from
+    tiktoken ranks (Llama 3, GPT-4): every way to split a token into two tokens is a merge.
+    """
     first = last = -1
     for merge in merges:
         left, right = merge.split(" ", 1) if isinstance(merge, str) else merge
         got = vocab.get(left + right)
-        if got is None or got <= last:
+        if got is None or got < last:
             return "ids are not equal to merge ranks"
         first = got if first < 0 else first
         last = got

@@ -54,6 +54,22 @@ def _build(pattern: str | None, *, behavior: str = "isolated", invert: bool = Fa
     return tok.to_str()
 
 
+def _as_converted_from_ranks(tok_json: str) -> str:
+    """The vocabulary rebuilt the way tokenizer.json files are made from tiktoken ranks (Llama
+    3, GPT-4 as published in that format): ids are ranks, and every split of a token into two
+    tokens is a merge, ordered by the token's rank, so one token may have several merges."""
+    cfg = json.loads(tok_json)
+    vocab: dict[str, int] = cfg["model"]["vocab"]
+    merges = []
+    for token, _ in sorted(vocab.items(), key=lambda kv: kv[1]):
+        local = [(token[:i], token[i:]) for i in range(1, len(token))
+                 if token[:i] in vocab and token[i:] in vocab]
+        merges += sorted(local, key=lambda lr: (vocab[lr[0]], vocab[lr[1]]))
+    cfg["model"]["merges"] = [list(m) for m in merges]
+    cfg["model"]["ignore_merges"] = True
+    return json.dumps(cfg, ensure_ascii=False)
+
+
 @functools.cache
 def vocabularies() -> dict[str, str]:
     """GPT-2 itself and one small vocabulary of each other supported shape."""
@@ -68,6 +84,9 @@ def vocabularies() -> dict[str, str]:
         "gpt4o": _build(fast_bpe.O200K_PATTERN, ignore_merges=True,
                         specials=("<|endoftext|>",)),
         "trained": tokenizing.train_bpe(_paragraphs(2), 800).json,  # what train:VOCAB makes
+        "llama3-converted": _as_converted_from_ranks(
+            _build(fast_bpe.CL100K_PATTERN, ignore_merges=True,
+                   specials=("<|begin_of_text|>", "<|end_of_text|>"))),
     }
 
 
@@ -117,13 +136,23 @@ HOSTILE = st.one_of(st.lists(PIECES, max_size=25).map("".join),
                     st.text(st.characters(codec="utf-8"), max_size=400))
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama3", "gpt4", "gpt4o", "trained"])
+SHAPES = ["gpt2", "llama3", "gpt4", "gpt4o", "trained", "llama3-converted"]
+
+
+def test_the_converted_vocabulary_has_tokens_with_several_merges() -> None:
+    cfg = json.loads(vocabularies()["llama3-converted"])
+    vocab = cfg["model"]["vocab"]
+    results = [vocab["".join(m)] for m in cfg["model"]["merges"]]
+    assert len(results) > len(set(results))
+
+
+@pytest.mark.parametrize("name", SHAPES)
 def test_each_shape_is_supported(name: str) -> None:
     assert fast_bpe.unsupported(vocabularies()[name]) is None
     assert tokenizing.engine(vocabularies()[name]) == "fastokens"
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama3", "gpt4", "gpt4o", "trained"])
+@pytest.mark.parametrize("name", SHAPES)
 def test_hostile_text_gives_hf_ids(name: str) -> None:
     tok_json = vocabularies()[name]
 
@@ -143,7 +172,7 @@ def test_the_whole_demo_corpus_gives_hf_ids() -> None:
         text = path.read_text(encoding="utf-8")
         texts.append(text)
         texts += text.split("\n\n")
-    for name in ("gpt2", "llama3"):
+    for name in ("gpt2", "llama3-converted"):
         tok_json = vocabularies()[name]
         lengths, values = tokenizing._fast(tok_json).encode_flat(texts)
         want_lengths, want_values = tokenizing._encode_hf(tok_json, texts)
