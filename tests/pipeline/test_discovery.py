@@ -68,3 +68,25 @@ def test_zero_byte_inputs_are_discovered_with_size_zero(tmp_path: Path) -> None:
     files = discover([str(tmp_path / "*.jsonl.gz")])
     assert [(Path(f.url).name, f.size == 0) for f in files] == [("empty.jsonl.gz", True),
                                                                 ("full.jsonl.gz", False)]
+
+
+@pytest.mark.slow
+def test_a_zero_byte_gzip_input_is_counted_as_empty_in_the_summary(tmp_path: Path) -> None:
+    import io
+
+    from pipeline.config import PipelineConfig
+    from pipeline.job import run
+
+    (tmp_path / "a_empty.jsonl.gz").write_bytes(b"")
+    good = [f"record {i} is a good one" for i in range(20)]
+    (tmp_path / "b_full.jsonl.gz").write_bytes(
+        gzip.compress("".join(json.dumps({"text": t}) + "\n" for t in good).encode()))
+    log = io.StringIO()
+    summary = run(PipelineConfig(inputs=[str(tmp_path / "*.jsonl.gz")],
+                                 output=str(tmp_path / "ds"), workers=1,
+                                 dashboard_address="127.0.0.1:0"), log=log, progress=False)
+    assert summary.inputs == 2 and len(summary.empty_inputs) == 1
+    assert summary.empty_inputs[0].endswith("a_empty.jsonl.gz")
+    assert "inputs       2 files (1 empty: " in summary.render()
+    assert "1 empty input files (0 bytes)" in log.getvalue()
+    assert summary.docs_out == len(good)

@@ -90,7 +90,10 @@ def test_a_worker_that_cannot_import_ends_the_run_with_one_clear_line(tmp_path: 
 def test_unshadow_removes_the_local_directory_and_a_namespace_impostor(tmp_path: Path,
                                                                      monkeypatch) -> None:
     (tmp_path / "storage").mkdir()
-    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    # as on a worker: the local directory first, the package found only by the install's
+    # import hook (the editable finder), not by a sys.path entry such as the checkout root
+    others = [p for p in sys.path if not (Path(p or ".") / "storage" / "__init__.py").exists()]
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *others])
     saved = {k: v for k, v in sys.modules.items() if k == "storage" or k.startswith("storage.")}
     del sys.modules["storage"]
     try:
