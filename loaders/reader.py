@@ -29,6 +29,7 @@ from storage import (
     digest_bytes,
     tokens,
 )
+from storage.clients import read_range
 
 __all__ = ["RowGroupIndex", "TokenReader"]
 
@@ -182,7 +183,11 @@ class TokenReader:
         lo, hi = pieces[0][0], max(p[1] for p in pieces)
 
         def fetch(loc) -> dict[int, bytes]:  # type: ignore[no-untyped-def]
-            data = loc.fs.cat_file(loc.path(path), start=lo, end=hi)
+            # A zero-copy buffer from obstore (bytes from other filesystems); pieces are views.
+            data = memoryview(read_range(loc.fs, loc.path(path), lo, hi))
+            if len(data) != hi - lo:
+                raise ChecksumMismatchError(f"{path}[{lo}:{hi}]: {len(data)} bytes returned, "
+                                            f"the index says {hi - lo} (a shorter object)")
             out = {}
             for start, end, sha, _g in pieces:
                 piece = data[start - lo:end - lo]
