@@ -18,7 +18,7 @@ import pytest
 from loaders import build_dataloader
 from pipeline.config import PipelineConfig
 from pipeline.job import run
-from storage import ReplicaSet, read_manifest, store_versions
+from storage import ReplicaSet, objects_of, read_manifest, store_versions
 from storage.versions import history
 from tests.conftest import shakespeare_texts
 from tests.pipeline._procs import ENV, REPO, done_markers, kill_tree, pipeline_cmd, wait_for
@@ -46,7 +46,7 @@ def _samples(batches) -> list[tuple[int, list[int]]]:  # noqa: ANN001
 
 def _objects(ds: Path) -> dict[str, bytes]:
     m = read_manifest(str(ds))
-    return {path: (ds / path).read_bytes() for path, _size, _sha in m.objects()}
+    return {path: (ds / path).read_bytes() for path, _size, _sha in objects_of(str(ds), m)}
 
 
 def _verify(ds: Path) -> subprocess.CompletedProcess[str]:
