@@ -75,13 +75,19 @@ from benchmarks.bench_utils import RESULTS, median, write_results  # noqa: E402
 BATCH, SEQ = 8, 2048
 WIDTH = SEQ + 1
 PEERS = ("mosaic", "litdata")
-CONFIGS = ("shardflow_local", "shardflow_s3", "shardflow_s3_cached", "shardflow_local_bt",
-           "shardflow_local_rt4", "shardflow_local_w2", "shardflow_local_w4",
-           "pyarrow_rowgroups",
-           "mosaic_inproc", "mosaic_w2", "mosaic_w2fs",
-           "litdata_inproc", "litdata_w2", "litdata_w2fs")
+CONFIGS = ("shardflow_local", "shardflow_s3", "shardflow_s3_cached", "shardflow_s3_s3fs",
+           "shardflow_local_bt", "shardflow_local_rt4", "shardflow_local_w2",
+           "shardflow_local_w4", "pyarrow_rowgroups",
+           "mosaic_inproc", "mosaic_w2", "mosaic_w2fs", "mosaic_s3",
+           "litdata_inproc", "litdata_w2", "litdata_w2fs", "litdata_s3", "litdata_s3_boto3", "litdata_s3_w2fs")
+#: the S3 comparison: Shardflow and both peers reading the same tokens from the same server,
+#: cold (a fresh process and a fresh cache directory per run), beside the local figures
+S3_CONFIGS = ("shardflow_local", "shardflow_s3", "shardflow_s3_cached", "shardflow_s3_s3fs",
+              "pyarrow_rowgroups", "litdata_inproc", "litdata_s3", "litdata_s3_boto3",
+              "litdata_s3_w2fs",
+              "mosaic_inproc", "mosaic_s3")
 QUICK_CONFIGS = ("shardflow_local", "shardflow_s3", "shardflow_s3_cached", "pyarrow_rowgroups",
-                 "mosaic_inproc", "litdata_inproc", "litdata_w2fs")
+                 "mosaic_inproc", "mosaic_s3", "litdata_inproc", "litdata_s3")
 
 
 # -- the peers' imports ------------------------------------------------------------------------
@@ -246,6 +252,29 @@ def _status_mb(field: str) -> float:
     return float("nan")
 
 
+def _fresh_cache(prefix: str) -> str:
+    path = tempfile.mkdtemp(prefix=f"{prefix}-cache-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def _boto3_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The server's s3fs options as boto3 client keywords (litdata's ``storage_options``)."""
+    ck = options.get("client_kwargs", {})
+    return {"endpoint_url": ck["endpoint_url"], "region_name": ck.get("region_name", "us-east-1"),
+            "aws_access_key_id": options["key"], "aws_secret_access_key": options["secret"]}
+
+
+def _peer_s3_env(options: dict[str, Any]) -> None:
+    """MosaicML streaming takes its S3 endpoint and credentials from the environment."""
+    import os
+
+    b = _boto3_options(options)
+    os.environ.update(S3_ENDPOINT_URL=b["endpoint_url"], AWS_ACCESS_KEY_ID=b["aws_access_key_id"],
+                      AWS_SECRET_ACCESS_KEY=b["aws_secret_access_key"],
+                      AWS_DEFAULT_REGION=b["region_name"])
+
+
 def _make_source(config: str, spec: dict[str, Any]) -> Callable[[], Iterator[Any]]:
     """A function that starts one epoch of ``config`` and yields its batches."""
     kind = config.split("_")[0]
@@ -268,6 +297,10 @@ def _make_source(config: str, spec: dict[str, Any]) -> Callable[[], Iterator[Any
             extra["batch_thread"] = True
         if config.endswith("_rt4"):
             extra["read_threads"] = 4
+        if config.endswith("_s3fs"):  # the client before obstore, for the record
+            import os
+
+            os.environ["SHARDFLOW_S3_CLIENT"] = "s3fs"
         return lambda: iter(build_dataloader(url, BATCH, SEQ, num_workers=workers,
                                              storage_options=options, **extra))
     if kind == "pyarrow":
@@ -290,6 +323,42 @@ def _make_source(config: str, spec: dict[str, Any]) -> Callable[[], Iterator[Any
 
         return lambda: map(_to_batch, _grouped(rows(), BATCH))
     _install_stand_ins()
+    from_s3 = "_s3" in config
+    if from_s3:
+        _peer_s3_env(spec["s3_options"])
+    if kind == "mosaic" and from_s3:
+        from streaming import StreamingDataset
+        from streaming.base.util import clean_stale_shared_memory
+
+        def mds_s3() -> Iterator[Any]:  # built inside the clock, on a fresh cache directory
+            clean_stale_shared_memory()
+            mds = StreamingDataset(remote=spec["mds_s3"], local=_fresh_cache("mosaic"),
+                                   batch_size=BATCH, shuffle=True)
+            return map(_collate_mosaic, _grouped(iter(mds), BATCH))
+        return mds_s3
+    if kind == "litdata" and from_s3:
+        from litdata import StreamingDataLoader as LitLoader
+        from litdata import StreamingDataset as LitDataset
+        from litdata.streaming.item_loader import TokensLoader
+
+        from litdata.streaming import downloader
+
+        # litdata downloads chunks through obstore when it is installed (its fastest path), but
+        # gives obstore no way to reach a plain-http endpoint such as this loopback server;
+        # allow it, as TLS would on a real store. ``_boto3``: its boto3 path instead.
+        downloader._OBSTORE_CLIENT_OPTIONS["allow_http"] = True
+        if config.endswith("_boto3"):
+            downloader._OBSTORE_AVAILABLE = False
+
+        def lit_s3() -> Iterator[Any]:
+            ds = LitDataset(spec["litdata_s3"], cache_dir=_fresh_cache("litdata"),
+                            item_loader=TokensLoader(block_size=WIDTH), shuffle=True,
+                            storage_options=_boto3_options(spec["s3_options"]))
+            if workers:
+                return iter(LitLoader(ds, batch_size=BATCH, num_workers=workers,
+                                      collate_fn=_collate_litdata))
+            return map(_collate_litdata, _grouped(iter(ds), BATCH))
+        return lit_s3
     if kind == "mosaic":
         from streaming import StreamingDataLoader, StreamingDataset
         from streaming.base.util import clean_stale_shared_memory
@@ -360,6 +429,9 @@ def _shardflow_resume(config: str, spec: dict[str, Any], runs: int) -> dict[str,
 def run_child(config: str, spec: dict[str, Any]) -> dict[str, Any]:
     """Run ``spec["runs"]`` epochs of ``config`` here; report times, CPU and RSS."""
     source = _make_source(config, spec)
+    if config.endswith("_cached"):  # one epoch fills the fresh cache; the measured ones hit it
+        for _ in source():
+            pass
     rss_ready = _status_mb("VmRSS")
     runs = []
     for _ in range(spec["runs"]):
@@ -383,6 +455,44 @@ def run_child(config: str, spec: dict[str, Any]) -> dict[str, Any]:
     if config in ("shardflow_local", "shardflow_s3"):
         out["resume"] = _shardflow_resume(config, spec, spec["runs"])
     return out
+
+
+def measure_rounds(configs: tuple[str, ...], spec: dict[str, Any],
+                   rounds: int) -> dict[str, dict[str, Any]]:
+    """``rounds`` interleaved rounds (config A, B, C, A, B, C, ...), each run a fresh process
+    with one epoch (and, for the peers from S3, a fresh cache directory), merged into one
+    result per config: medians over the rounds, the highest peak RSS."""
+    parts: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
+    one = {**spec, "runs": 1}
+    for r in range(rounds):
+        for config in configs:
+            got = measure(config, one)
+            if "error" in got:
+                print(f"  round {r + 1}: {config} failed")
+                continue
+            parts[config].append(got)
+            print(f"  round {r + 1}: {config:20} {got['mtok_per_s']:8.1f} Mtok/s  "
+                  f"{got['cpu_s_per_gtok']:8.1f} CPU-s/Gtok  first batch "
+                  f"{got['first_batch_s']:.2f} s", flush=True)
+    results: dict[str, dict[str, Any]] = {}
+    for config, got in parts.items():
+        if not got:
+            results[config] = {"error": "every round failed"}
+            continue
+        runs = [r for g in got for r in g["runs"]]
+        out = {"runs": runs, "rounds": len(got), "tokens": runs[0]["tokens"],
+               "median_s": median([r["seconds"] for r in runs]),
+               "rss_ready_mb": median([g["rss_ready_mb"] for g in got]),
+               "peak_rss_mb": max(g["peak_rss_mb"] for g in got),
+               "peak_worker_rss_mb": max(g["peak_worker_rss_mb"] for g in got)}
+        out["mtok_per_s"] = median([r["tokens"] / r["seconds"] / 1e6 for r in runs])
+        out["cpu_s_per_gtok"] = median([r["cpu_s"] / r["tokens"] * 1e9 for r in runs])
+        out["first_batch_s"] = median([r["first_batch_s"] for r in runs])
+        if all("resume_s" in g for g in got):
+            out["resume_s"] = median([g["resume_s"] for g in got])
+            out["resume"] = [g["resume"] for g in got]
+        results[config] = out
+    return results
 
 
 def measure(config: str, spec: dict[str, Any], attempts: int = 2) -> dict[str, Any]:
@@ -418,6 +528,12 @@ def measure(config: str, spec: dict[str, Any], attempts: int = 2) -> dict[str, A
 # -- the parent: data, server, table, plot -----------------------------------------------------
 
 
+def _upload(local: Path, store: Any, prefix: str) -> None:
+    """The peers' files, as written locally, to the same S3 bucket (one PUT per file)."""
+    for path in sorted(p for p in local.rglob("*") if p.is_file()):
+        store.put(f"{prefix}/{path.relative_to(local).as_posix()}", path.read_bytes())
+
+
 def prepare(workdir: Path, n_tokens: int, server: Any) -> dict[str, Any]:
     from benchmarks.bench_utils import write_token_dataset
     from storage import ReplicaSet
@@ -442,6 +558,14 @@ def prepare(workdir: Path, n_tokens: int, server: Any) -> dict[str, Any]:
         ("mds", lambda: write_mds(samples, Path(spec["mds_dir"]))),
         ("litdata", lambda: write_litdata(samples, Path(spec["litdata_dir"]))),
     ]
+    if server is not None:
+        spec["mds_s3"] = f"{bucket.url}/mds"
+        spec["litdata_s3"] = f"{bucket.url}/litdata"
+        upload = ReplicaSet.from_urls([bucket.url], bucket.storage_options)
+        steps += [
+            ("mds -> s3", lambda: _upload(Path(spec["mds_dir"]), upload, "mds")),
+            ("litdata -> s3", lambda: _upload(Path(spec["litdata_dir"]), upload, "litdata")),
+        ]
     spec["write_s"] = {}
     for name, step in steps:
         t0 = time.perf_counter()
@@ -474,7 +598,24 @@ def summarise(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
         r = ok.get(f"shardflow_{where}")
         if r:
             summary[f"first_batch_{where}_s"] = r["first_batch_s"]
-            summary[f"resume_90pct_{where}_s"] = r["resume_s"]
+            if "resume_s" in r:
+                summary[f"resume_90pct_{where}_s"] = r["resume_s"]
+    s3_peers = {k: v for k, v in peers.items() if "_s3" in k}
+    sf = ok.get("shardflow_s3")
+    if s3_peers and sf:
+        best = max(s3_peers, key=lambda k: s3_peers[k]["mtok_per_s"])
+        frugal = min(s3_peers, key=lambda k: s3_peers[k]["cpu_s_per_gtok"])
+        summary["s3_peers_best_config"] = best
+        summary["s3_peers_best_mtok_per_s"] = s3_peers[best]["mtok_per_s"]
+        summary["s3_x_best_s3_peer"] = sf["mtok_per_s"] / s3_peers[best]["mtok_per_s"]
+        summary["s3_cpu_x_lowest_s3_peer"] = (sf["cpu_s_per_gtok"]
+                                              / s3_peers[frugal]["cpu_s_per_gtok"])
+        summary["s3_peers_lowest_cpu_s_per_gtok"] = s3_peers[frugal]["cpu_s_per_gtok"]
+        summary["s3_first_batch_best_s3_peer_s"] = min(v["first_batch_s"]
+                                                       for v in s3_peers.values())
+    cached, local = ok.get("shardflow_s3_cached"), ok.get("shardflow_local")
+    if cached and local:
+        summary["s3_cached_x_local"] = cached["mtok_per_s"] / local["mtok_per_s"]
     return summary
 
 
@@ -572,6 +713,11 @@ def main() -> int:
                              "(same --tokens and --runs) instead of replacing it")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/shardflow-loader-bench"),
                         help="where the datasets are written (removed afterwards)")
+    parser.add_argument("--s3", action="store_true",
+                        help="the S3 comparison (S3_CONFIGS): Shardflow, litdata and MosaicML "
+                             "streaming from the same S3 server, cold, beside the local runs; "
+                             "--runs interleaved rounds, a fresh process per epoch; results in "
+                             "loader_throughput_s3.json")
     parser.add_argument("--workers-sweep", action="store_true",
                         help="only shardflow_local with 0, 2 and 4 DataLoader workers")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -588,6 +734,8 @@ def main() -> int:
     n_tokens, runs, configs = int(args.tokens), args.runs, CONFIGS
     if args.quick:
         n_tokens, runs, configs = 10_000_000, 2, QUICK_CONFIGS
+    if args.s3:
+        configs = S3_CONFIGS
     if args.configs:
         configs = tuple(args.configs.split(","))
     args.workdir.mkdir(parents=True, exist_ok=True)
@@ -599,7 +747,9 @@ def main() -> int:
         spec = prepare(args.workdir, n_tokens, server)
         spec["runs"] = runs
         results = {}
-        for config in configs:
+        if args.s3:
+            results = measure_rounds(configs, spec, runs)
+        for config in () if args.s3 else configs:
             results[config] = measure(config, spec)
             r = results[config]
             if "error" not in r:
@@ -608,7 +758,8 @@ def main() -> int:
     finally:
         server.stop()
         shutil.rmtree(args.workdir / f"data-{n_tokens}", ignore_errors=True)
-    name = "loader_throughput_quick" if args.quick else "loader_throughput"
+    name = ("loader_throughput_quick" if args.quick else "loader_throughput_s3" if args.s3
+            else "loader_throughput")
     previous = RESULTS / f"{name}.json"
     if args.update and previous.exists():
         old = json.loads(previous.read_text())
