@@ -34,8 +34,12 @@ global batch ``k`` is the same set, in the same order, on any ``W`` and any numb
 that divide the lanes (the elastic rule in the README).
 
 Cost for one rank: one pass over the permuted blocks' sizes, in chunks (O(row groups) time,
-O(chunk) memory, stopping once past the rank's lanes), then O(N / W) for its own samples.
-Nothing of size N is ever built.
+O(chunk) memory, stopping once past the rank's lanes), keeping its blocks' offsets
+(:class:`LanePlan`); then its samples are generated a chunk of global steps at a time
+(:class:`RankStream`: the segments overlapping the chunk's columns, lane by lane), so memory
+is O(lanes per rank x chunk) and the first batch costs the same at any epoch length; a resume
+starts at its own columns. Nothing of size N is ever built; :func:`lane_samples` builds the
+rank's lanes whole (the reference the stream is tested against, and what a mixture uses).
 
 Progress through an epoch is one :class:`Progress` value: how many samples every lane has
 consumed (plus, mid-step, how far into the rank's current step), so a resume on another
@@ -198,6 +202,98 @@ def lane_samples(sizes: np.ndarray, params: PlanParams, epoch: int, lanes: int,
     return out
 
 
+class LanePlan:
+    """Random access to lanes ``lane_lo .. lane_hi - 1`` of one epoch, a range of columns at
+    a time: ``columns(c0, c1)`` is ``lane_samples(...)[:, c0:c1]``, bit for bit, computed from
+    the segments that overlap the columns only.
+
+    Built once per (epoch, lane range): the same chunked scan as :func:`lane_samples` (O(row
+    groups) time, O(chunk) temporaries), keeping the blocks of the lanes' positions (three
+    int64 per block) and the window starts inside; nothing per sample. A call then costs
+    O(lanes x (c1 - c0 + one segment)), whatever ``c0`` is: a resume jumps straight to its
+    columns.
+    """
+
+    def __init__(self, sizes: np.ndarray, params: PlanParams, epoch: int, lanes: int,
+                 lane_lo: int, lane_hi: int) -> None:
+        sizes = np.asarray(sizes)
+        if not 0 <= lane_lo <= lane_hi <= lanes:
+            raise ValueError(f"lanes [{lane_lo}, {lane_hi}) outside [0, {lanes})")
+        self.lanes, self.lane_lo, self.lane_hi = lanes, lane_lo, lane_hi
+        self.n = n = int(sizes.sum(dtype=np.int64))
+        self.m = lane_length(n, lanes)
+        self.bounds = lane_bounds(n, lanes, lane_lo, lane_hi)
+        self.shuffle = params.shuffle
+        self.key = (_SHUFFLE_DOMAIN, params.seed, epoch)
+        empty = np.zeros(0, dtype=np.int64)
+        self.starts, self.base, self.cuts = empty, empty, empty
+        lo, hi = int(self.bounds[0]), int(self.bounds[-1])
+        if n and lo < hi:
+            perm = block_permutation(len(sizes), params, epoch)
+            groups, self.starts, _lengths, self.cuts = _scan(
+                sizes, perm, lo, hi, max(1, params.window_blocks))
+            self.base = prefix_at(sizes, groups)
+        self._edges: dict[int, tuple[np.ndarray, int]] = {}
+
+    def _segments(self, j: int) -> tuple[np.ndarray, int]:
+        """Lane ``j``'s segment edges in its own consumption order (``0 .. real``), and the
+        position where that order starts (the lane is ``[r0, b)`` then ``[a, r0)``)."""
+        got = self._edges.get(j)
+        if got is None:
+            row = j - self.lane_lo
+            a, b = int(self.bounds[row]), int(self.bounds[row + 1])
+            cuts = self.cuts
+            inner = cuts[int(np.searchsorted(cuts, a, side="right")):
+                         int(np.searchsorted(cuts, b, side="left"))]
+            first = int(np.searchsorted(self.starts, a, side="right")) - 1
+            r0 = int(inner[0]) if self.starts[first] != a and len(inner) else a
+            # u = offset in consumption order; positions [r0, b) come first, then [a, r0).
+            # The cuts, plus (rolled) the wrap at b - r0 where segment [a, r0) begins.
+            edges = np.unique(np.concatenate([[0, b - a, b - r0], inner - r0]).astype(np.int64))
+            got = self._edges[j] = (edges, r0)
+        return got
+
+    def _real(self, j: int, d0: int, d1: int) -> np.ndarray:
+        """Sample ids of lane ``j``'s own (unpadded) columns ``[d0, d1)``."""
+        row = j - self.lane_lo
+        a, b = int(self.bounds[row]), int(self.bounds[row + 1])
+        if not self.shuffle:
+            pos = np.arange(a + d0, a + d1, dtype=np.int64)
+        else:
+            edges, r0 = self._segments(j)
+            u_lo = int(edges[int(np.searchsorted(edges, d0, side="right")) - 1])
+            u_hi = int(edges[int(np.searchsorted(edges, d1, side="left"))])
+            u = np.arange(u_lo, u_hi, dtype=np.int64)
+            pos = np.where(u < b - r0, r0 + u, a + u - (b - r0))
+            seg = np.searchsorted(edges, u, side="right").astype(np.uint64)
+            order = np.argsort((seg << np.uint64(32)) | hash32(pos, self.key), kind="stable")
+            pos = pos[order[d0 - u_lo:d1 - u_lo]]
+        block = np.searchsorted(self.starts, pos, side="right") - 1
+        return self.base[block] + (pos - self.starts[block])
+
+    def columns(self, c0: int, c1: int) -> np.ndarray:
+        """Columns ``[c0, c1)`` of every lane of the range: ``[lanes, c1 - c0]`` int64."""
+        c0, c1 = max(0, c0), min(max(c0, c1), self.m)
+        out = np.empty((self.lane_hi - self.lane_lo, max(0, c1 - c0)), dtype=np.int64)
+        if c1 <= c0 or self.n == 0:
+            return out
+        for row, j in enumerate(range(self.lane_lo, self.lane_hi)):
+            real = int(self.bounds[row + 1] - self.bounds[row])
+            if real == 0:  # a lane with no sample at all (only when N < L): the grid
+                out[row] = (j * self.m + np.arange(c0, c1, dtype=np.int64)) % self.n
+                continue
+            d0, d1 = min(c0, real), min(c1, real)
+            if d0 < d1:
+                out[row, :d1 - d0] = self._real(j, d0, d1)
+            if c1 > real:  # padding: the lane's own last samples, repeated backwards
+                k = np.arange(max(c0, real) - real, c1 - real, dtype=np.int64)
+                src = real - 1 - k % real
+                low = int(src.min())
+                tail = self._real(j, low, real)
+                out[row, max(c0, real) - c0:] = tail[src - low]
+        return out
+
+
 # -- batches: lanes -> steps -> this rank's batches ----------------------------------------------
 
 
@@ -309,12 +405,92 @@ def arrange(lane_block: np.ndarray, per_lane: int, start: int = 0) -> np.ndarray
 def sequence(lane_block: np.ndarray, layout: Layout, progress: Progress) -> np.ndarray:
     """This rank's samples still to come in the epoch, in order (batches: every
     ``layout.batch`` consecutive ones)."""
+    check_resume(layout, progress)
+    return arrange(lane_block, layout.per_lane, progress.lane_pos)[progress.into_step:]
+
+
+#: Samples of the rank's sequence generated per chunk of a :class:`RankStream` (about; at
+#: least one global batch's share). 64 Ki int64: 0.5 MB, a few ms.
+STREAM_CHUNK = 1 << 16
+
+
+def check_resume(layout: Layout, progress: Progress) -> None:
     if progress.into_step and progress.mid_step_layout != (layout.world_size, layout.batch):
         raise ValueError(
             f"progress is {progress.into_step} samples into a global batch under (world size, "
             f"batch size) {progress.mid_step_layout}; resume on another layout at a global "
             "batch boundary")
-    return arrange(lane_block, layout.per_lane, progress.lane_pos)[progress.into_step:]
+
+
+class RankStream:
+    """This rank's samples still to come in the epoch, generated a chunk of global steps at
+    a time: concatenated, :meth:`chunks` is exactly :func:`sequence`'s result.
+
+    ``columns(c0, c1)`` gives columns ``[c0, c1)`` of the rank's lanes (``[lanes, c1 - c0]``,
+    e.g. :meth:`LanePlan.columns`); each chunk asks for whole global steps from the progress'
+    ``lane_pos`` on, so a resume starts at its own columns and memory is one chunk
+    (``chunk_samples``, at least one step's share) whatever the epoch's length.
+    """
+
+    def __init__(self, columns, lane_len: int, layout: Layout,  # type: ignore[no-untyped-def]
+                 progress: Progress, chunk_samples: int = STREAM_CHUNK) -> None:
+        check_resume(layout, progress)
+        self.columns, self.lane_len = columns, lane_len
+        self.layout, self.progress = layout, progress
+        self.steps_per_chunk = max(1, chunk_samples // layout.step)
+
+    def __len__(self) -> int:
+        left = max(0, self.lane_len - self.progress.lane_pos) * self.layout.lanes_per_rank
+        return max(0, left - self.progress.into_step)
+
+    def chunks(self) -> Iterator[np.ndarray]:
+        """The sequence in consecutive pieces of whole global steps (the first one less the
+        progress' ``into_step``); no piece is empty."""
+        per_lane = self.layout.per_lane
+        width = self.steps_per_chunk * per_lane
+        skip = self.progress.into_step
+        for c0 in range(self.progress.lane_pos, self.lane_len, width):
+            part = arrange(self.columns(c0, min(c0 + width, self.lane_len)), per_lane)
+            if skip:
+                drop = min(skip, len(part))
+                part, skip = part[drop:], skip - drop
+            if len(part):
+                yield part
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return self.chunks()
+
+    def batches(self) -> Iterator[np.ndarray]:
+        """The rank's batches (``layout.batch`` samples, the last one maybe shorter), as
+        :func:`batches_of` cuts :func:`sequence`'s result."""
+        return rebatch(self.chunks(), self.layout.batch)
+
+    def materialise(self) -> np.ndarray:
+        parts = list(self.chunks())
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def rebatch(chunks: Iterator[np.ndarray], batch: int) -> Iterator[np.ndarray]:
+    """Consecutive pieces -> consecutive runs of ``batch`` (the last one maybe shorter)."""
+    held: list[np.ndarray] = []
+    count = 0
+    for part in chunks:
+        lo = 0
+        if count:
+            take = min(batch - count, len(part))
+            held.append(part[:take])
+            count, lo = count + take, take
+            if count < batch:
+                continue
+            yield np.concatenate(held)
+            held, count = [], 0
+        full = lo + (len(part) - lo) // batch * batch
+        for k in range(lo, full, batch):
+            yield part[k:k + batch]
+        if full < len(part):
+            held, count = [part[full:]], len(part) - full
+    if count:
+        yield np.concatenate(held)
 
 
 def rank_batches(lane_len: int, layout: Layout, progress: Progress) -> int:

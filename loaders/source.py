@@ -4,7 +4,9 @@ A :class:`Source` answers two questions, and nothing else:
 
 - *which* samples: ``lane_samples(epoch, lanes, lo, hi)``, the sample ids of lanes
   ``lo .. hi - 1`` of an epoch (``[hi - lo, lane_length(lanes)]``), a pure function of the
-  source's plan (see :mod:`loaders.plan`); a rank or worker asks only for its own lanes;
+  source's plan (see :mod:`loaders.plan`); a rank or worker asks only for its own lanes.
+  A dataset also streams them (``lane_plan``: a range of columns at a time; see
+  :func:`rank_stream`), so a rank never needs its whole epoch in memory;
 - *what* they hold: ``windows(samples)``, their token windows (``seq_len + 1`` each), in
   order, read ahead.
 
@@ -49,6 +51,29 @@ class Source(Protocol):
     def metrics(self) -> dict[str, float]: ...
 
 
+def rank_stream(source: Source, layout: plan.Layout, progress: plan.Progress,
+                lanes: tuple[int, int] | None = None,
+                chunk_samples: int = plan.STREAM_CHUNK) -> plan.RankStream:
+    """This rank's samples still to come in the epoch of ``progress``, a chunk of global steps
+    at a time (the same sequence as ``plan.sequence(source.lane_samples(...), ...)``).
+
+    ``lanes``: absolute lane range (default: the rank's). A source with ``lane_plan`` (a
+    dataset) generates only the chunk's columns; any other (a mixture: its per-lane slot
+    permutation is drawn whole) has its lanes materialised once and sliced.
+    """
+    lo, hi = lanes if lanes is not None else layout.rank_lanes()
+    m = source.lane_length(layout.lanes)
+    make = getattr(source, "lane_plan", None)
+    if make is not None:
+        columns = make(progress.epoch, layout.lanes, lo, hi).columns
+    else:
+        whole = source.lane_samples(progress.epoch, layout.lanes, lo, hi)
+
+        def columns(c0: int, c1: int) -> np.ndarray:
+            return whole[:, c0:c1]
+    return plan.RankStream(columns, m, layout, progress, chunk_samples)
+
+
 class GroupPlan:
     """The plan half of a dataset source: tokens per row group -> lanes (pure, no I/O).
 
@@ -76,6 +101,11 @@ class GroupPlan:
     def lane_samples(self, epoch: int, lanes: int, lane_lo: int, lane_hi: int) -> np.ndarray:
         return plan.lane_samples(self.group_samples, self.settings.plan, epoch, lanes,
                                  lane_lo, lane_hi)
+
+    def lane_plan(self, epoch: int, lanes: int, lane_lo: int, lane_hi: int) -> plan.LanePlan:
+        """The same lanes, a range of columns at a time (nothing per sample up front)."""
+        return plan.LanePlan(self.group_samples, self.settings.plan, epoch, lanes, lane_lo,
+                             lane_hi)
 
 
 class DatasetSource:
@@ -114,6 +144,9 @@ class DatasetSource:
 
     def lane_samples(self, epoch: int, lanes: int, lane_lo: int, lane_hi: int) -> np.ndarray:
         return self.plan.lane_samples(epoch, lanes, lane_lo, lane_hi)
+
+    def lane_plan(self, epoch: int, lanes: int, lane_lo: int, lane_hi: int) -> plan.LanePlan:
+        return self.plan.lane_plan(epoch, lanes, lane_lo, lane_hi)
 
     def sample_starts(self, samples: np.ndarray) -> np.ndarray:
         """Token offset of each sample in the dataset's token stream."""
