@@ -7,7 +7,8 @@ shard, goes through the loader's own code path:
 
     loaders.source.DatasetSource: read manifest.json (a few KB) -> the index's ``tokens`` and
     ``first_group`` columns (ranged reads, checksummed; loaders.row_groups.RowGroupIndex.open)
-    -> GroupPlan -> lane_samples(this rank's lanes) -> loaders.plan.sequence -> the first batch
+    -> GroupPlan -> lane_plan(this rank's lanes) -> loaders.source.rank_stream -> the first
+    batch (the stream generates the first chunk of global steps only, from the progress on)
 
 for rank ``--rank`` of ``--world`` (per-rank batch 8 samples of 2048 tokens, one lane per
 sample of the global batch, the loader's defaults). ``build_s`` is that, from a cold process
@@ -130,10 +131,9 @@ def index_path(n_groups: int) -> Path:
 
 def measure(path: Path, world: int, rank: int) -> dict[str, Any]:
     """One point, in this (fresh) process."""
-    from loaders import plan
     from loaders.plan import Layout, Progress
     from loaders.settings import LoaderSettings
-    from loaders.source import DatasetSource
+    from loaders.source import DatasetSource, rank_stream
 
     settings = LoaderSettings(SEQ)
     base_rss = _status_mb("VmRSS")
@@ -142,10 +142,8 @@ def measure(path: Path, world: int, rank: int) -> dict[str, Any]:
                     ) -> tuple[np.ndarray, int]:
         source = DatasetSource(str(path), settings)  # what TokenDataset opens
         layout = Layout(world * BATCH, 1, world_, rank_, batch)
-        lo, hi = layout.rank_lanes()
-        block = source.lane_samples(progress.epoch, layout.lanes, lo, hi)
-        seq = plan.sequence(block, layout, progress)
-        return seq[:batch], source.lane_length(layout.lanes)
+        first = next(rank_stream(source, layout, progress).batches())
+        return first, source.lane_length(layout.lanes)
 
     t0 = time.perf_counter()
     batch0, lane_len = first_batch(world, rank, BATCH, Progress())
@@ -241,8 +239,6 @@ def main() -> int:
           f"{'peak MB':>8} {'extra MB':>8}")
     for n in sizes:
         for world in WORLDS:
-            if n >= 10_000_000 and world < 64:
-                continue  # 160 M samples for one rank: see the README
             runs = [point(n, world, world - 1) for _ in range(args.runs)]
             row = {k: median([r[k] for r in runs]) if isinstance(runs[0][k], float)
                    else runs[0][k] for k in runs[0]}
