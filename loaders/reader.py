@@ -72,7 +72,13 @@ HOLE_BYTES = 1 << 20
 MAX_REQUEST_BYTES = 32 << 20
 
 
-def _coalesce(pieces: list[tuple[int, int, str, int | None]]
+#: holes read through when the store is remote: a request costs a round trip (and a loopback
+#: SeaweedFS reads a whole stored chunk per ranged GET), so ~2 MB more in one GET are cheaper
+#: than a second GET
+REMOTE_HOLE_BYTES = 2 << 20
+
+
+def _coalesce(pieces: list[tuple[int, int, str, int | None]], hole_bytes: int = HOLE_BYTES
               ) -> list[list[tuple[int, int, str, int | None]]]:
     """Group sorted byte ranges into requests: small holes are read through, not re-requested."""
     requests: list[list[tuple[int, int, str, int | None]]] = []
@@ -81,7 +87,7 @@ def _coalesce(pieces: list[tuple[int, int, str, int | None]]
             current = requests[-1]
             start = current[0][0]
             end = max(p[1] for p in current)
-            if piece[0] - end <= HOLE_BYTES and piece[1] - start <= MAX_REQUEST_BYTES:
+            if piece[0] - end <= hole_bytes and piece[1] - start <= MAX_REQUEST_BYTES:
                 current.append(piece)
                 continue
         requests.append([piece])
@@ -107,7 +113,14 @@ class TokenReader:
         self._meta: dict[int, pq.FileMetaData] = {}
         self.bytes_read = 0
         self.groups_read = 0
+        #: holes up to this are read through, not requested separately
+        self.hole_bytes = HOLE_BYTES if self.local else REMOTE_HOLE_BYTES
         self._lock = threading.Lock()
+
+    @property
+    def local(self) -> bool:
+        """Are all replicas on local disk (no request cost to coalesce around)?"""
+        return all(r.loc.is_local for r in self.store.replicas)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -157,7 +170,7 @@ class TokenReader:
                     missing.append(piece)
                 else:
                     fetched[piece[0]] = data
-        for request in _coalesce(sorted(missing)):
+        for request in _coalesce(sorted(missing), self.hole_bytes):
             got = self._get_verified(path, request)
             fetched.update(got)
             if self.cache is not None:
