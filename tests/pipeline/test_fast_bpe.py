@@ -305,9 +305,17 @@ def test_the_dataset_is_byte_identical_whichever_encoder_ran(
         run(cfg, progress=False)
         return _files(out)
 
-    assert tokenizing.engine(tokenizing.gpt2().json) == "fastokens"
+    def workers_engine() -> set[str]:
+        """What encode_flat uses in workers started the way the job starts them."""
+        from pipeline.cluster import dask_client
+
+        with dask_client(1, dashboard_address="127.0.0.1:0") as client:
+            return set(client.run(tokenizing.engine, tokenizing.gpt2().json).values())
+
+    assert workers_engine() == {"fastokens"}
     fast = build(tmp_path / "fast")
     monkeypatch.setenv(fast_bpe.ENGINE_ENV, "hf")  # workers inherit the driver's environment
+    assert workers_engine() == {"hf"}
     slow = build(tmp_path / "hf")
     assert "manifest.json" in fast and any(k.endswith(".parquet") for k in fast)
     assert fast.keys() == slow.keys()
