@@ -57,9 +57,9 @@ from storage.testing import start_servers  # noqa: E402
 def read_shardflow(url: str, options: dict) -> tuple[int, int]:
     store = ReplicaSet.from_urls([url], options)
     manifest = store.read_manifest()
-    reader = TokenReader(store, RowGroupIndex(manifest))
+    reader = TokenReader(store, RowGroupIndex.open(store, manifest))
     tokens = 0
-    for shard in range(len(manifest.shards)):
+    for shard in np.unique(reader.index.shard_of).tolist():
         groups = [int(g) for g in np.flatnonzero(reader.index.shard_of == shard)]
         tokens += sum(len(a) for a in reader.fetch_groups(groups).values())
     return tokens, reader.bytes_read
@@ -109,6 +109,89 @@ def throughput(tokens: np.ndarray, runs: int, shards: int) -> dict:
         }
     finally:
         server.stop()
+
+
+CLIENT_SIZES = (512 << 10, 4 << 20)
+CLIENT_THREADS = 4
+
+
+def _cpu() -> float:
+    r = os.times()
+    return r.user + r.system
+
+
+def _client_readers(bucket, key: str) -> dict:  # type: ignore[no-untyped-def]
+    """name -> read(start, end) for each client, all on the same object."""
+    import s3fs
+    from pyarrow import fs as pafs
+
+    from storage.clients import ObstoreS3FileSystem, s3_config
+
+    opts = bucket.storage_options
+    path = f"{bucket.name}/{key}"
+    raw = s3fs.S3FileSystem(**opts)
+    fast = ObstoreS3FileSystem(f"s3://{path}", opts, s3_config(opts))
+    endpoint = opts["client_kwargs"]["endpoint_url"]
+    arrow = pafs.S3FileSystem(access_key=opts["key"], secret_key=opts["secret"],
+                              endpoint_override=endpoint.split("://")[1],
+                              scheme=endpoint.split("://")[0], region="us-east-1")
+    arrow_file = arrow.open_input_file(path)
+    return {"s3fs": lambda a, b: raw.cat_file(path, start=a, end=b),
+            "obstore": lambda a, b: fast.read_range(path, a, b),
+            "pyarrow": lambda a, b: arrow_file.read_at(b - a, a)}
+
+
+def clients(runs: int, object_mb: int = 128) -> dict:
+    """Ranged GETs of one object through each client, and checksum costs, per GB."""
+    import hashlib
+    import zlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    data = os.urandom(object_mb << 20)
+    out: dict = {"object_bytes": len(data), "threads": CLIENT_THREADS, "runs": runs,
+                 "gets": {}, "checksums": {}}
+    (server,) = start_servers(1)
+    try:
+        bucket = server.make_bucket("bench-clients")
+        ReplicaSet.from_urls([bucket.url], bucket.storage_options).put("blob", data)
+        readers = _client_readers(bucket, "blob")
+        out["backend"] = server.backend
+        for size in CLIENT_SIZES:
+            ranges = [(a, min(a + size, len(data))) for a in range(0, len(data), size)]
+            rows: dict[str, list[tuple[float, float]]] = {name: [] for name in readers}
+            for run in range(runs):
+                names = list(readers) if run % 2 == 0 else list(readers)[::-1]
+                for name in names:
+                    read = readers[name]
+                    with ThreadPoolExecutor(CLIENT_THREADS) as pool:
+                        c0, t0 = _cpu(), time.perf_counter()
+                        got = sum(len(x) for x in pool.map(lambda r, f=read: f(*r), ranges))
+                        rows[name].append((time.perf_counter() - t0, _cpu() - c0))
+                    assert got == len(data), (name, got)
+            gb = len(data) / 1e9
+            out["gets"][str(size)] = {
+                name: {"mb_per_s": gb * 1e3 / median([t for t, _ in r]),
+                       "cpu_s_per_gb": median([c for _, c in r]) / gb}
+                for name, r in rows.items()}
+    finally:
+        server.stop()
+    sums = {"sha256": lambda b: hashlib.sha256(b).digest(),
+            "crc32 (zlib)": lambda b: zlib.crc32(b)}
+    try:
+        import xxhash
+
+        sums["xxh3_64"] = lambda b: xxhash.xxh3_64_digest(b)
+    except ImportError:
+        pass
+    piece = memoryview(data)[:512 << 10]
+    for name, fn in sums.items():
+        t0 = time.perf_counter()
+        n = 0
+        while n < (256 << 20):
+            fn(piece)
+            n += len(piece)
+        out["checksums"][name] = {"cpu_s_per_gb": (time.perf_counter() - t0) / (n / 1e9)}
+    return out
 
 
 MODES = ("kill", "hang")
@@ -270,7 +353,21 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--fault-runs", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="small and few runs (smoke test)")
+    parser.add_argument("--clients", action="store_true",
+                        help="only the client comparison: ranged GETs of 512 KiB and 4 MiB "
+                             "through s3fs, obstore and pyarrow, MB/s and CPU-s/GB, and the "
+                             "checksums' CPU-s/GB (storage_read_clients.json)")
     args = parser.parse_args()
+    if args.clients:
+        got = clients(3 if not args.quick else 1, 128 if not args.quick else 16)
+        for size, row in got["gets"].items():
+            for name, r in row.items():
+                print(f"  GET {int(size) >> 10:5} KiB x{CLIENT_THREADS} {name:8} "
+                      f"{r['mb_per_s']:7.0f} MB/s {r['cpu_s_per_gb']:6.2f} CPU-s/GB")
+        for name, r in got["checksums"].items():
+            print(f"  {name:14} {r['cpu_s_per_gb']:6.3f} CPU-s/GB")
+        print(f"results: {write_results('storage_read_clients', got)}")
+        return 0
     n_tokens, runs, fault_runs = int(args.tokens), args.runs, args.fault_runs
     if args.quick:
         n_tokens, runs, fault_runs = 3_000_000, 2, 1
