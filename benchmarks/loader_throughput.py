@@ -41,12 +41,23 @@ read, plan and first row-group reads; aim < 1 s from S3) and resume at 90 % of a
 (a new loader + ``load_state_dict`` + first batch, checked equal to the batch the
 uninterrupted run got there; aim < 1 s).
 
+``--s3`` (``S3_CONFIGS``, results in ``loader_throughput_s3.json``): the same tokens also read
+from the same S3 server by the peers: ``litdata_s3`` (``input_dir="s3://..."``; its obstore
+download path, allowed plain http for the loopback server), ``litdata_s3_boto3`` (its boto3
+path), ``litdata_s3_w2fs`` (2 workers), ``mosaic_s3`` (``remote="s3://..."``), each with a fresh
+cache directory and the dataset built inside the clock, as Shardflow's is; plus
+``shardflow_s3_s3fs`` (Shardflow through s3fs instead of obstore). Every run is a fresh process
+with one epoch (``shardflow_s3_cached``: a filling epoch first, then the measured warm one), and
+``--runs`` rounds go over the configurations interleaved; medians per configuration.
+
 Peers are installed without their dependency trees (see ``_install_stand_ins``):
 
     pip install --no-deps mosaicml-streaming litdata lightning-utilities catalogue brotli zstd
+    pip install boto3   # the botocore version s3fs's aiobotocore pins; peers read S3 with it
 
     python benchmarks/loader_throughput.py            # ~200 M tokens, 5 runs
     python benchmarks/loader_throughput.py --quick    # ~10 M tokens, 2 runs, under a minute
+    python benchmarks/loader_throughput.py --s3 --runs 3   # the S3 comparison, ~6 minutes
 """
 
 from __future__ import annotations
@@ -79,7 +90,8 @@ CONFIGS = ("shardflow_local", "shardflow_s3", "shardflow_s3_cached", "shardflow_
            "shardflow_local_bt", "shardflow_local_rt4", "shardflow_local_w2",
            "shardflow_local_w4", "pyarrow_rowgroups",
            "mosaic_inproc", "mosaic_w2", "mosaic_w2fs", "mosaic_s3",
-           "litdata_inproc", "litdata_w2", "litdata_w2fs", "litdata_s3", "litdata_s3_boto3", "litdata_s3_w2fs")
+           "litdata_inproc", "litdata_w2", "litdata_w2fs", "litdata_s3", "litdata_s3_boto3",
+           "litdata_s3_w2fs")
 #: the S3 comparison: Shardflow and both peers reading the same tokens from the same server,
 #: cold (a fresh process and a fresh cache directory per run), beside the local figures
 S3_CONFIGS = ("shardflow_local", "shardflow_s3", "shardflow_s3_cached", "shardflow_s3_s3fs",
@@ -339,9 +351,8 @@ def _make_source(config: str, spec: dict[str, Any]) -> Callable[[], Iterator[Any
     if kind == "litdata" and from_s3:
         from litdata import StreamingDataLoader as LitLoader
         from litdata import StreamingDataset as LitDataset
-        from litdata.streaming.item_loader import TokensLoader
-
         from litdata.streaming import downloader
+        from litdata.streaming.item_loader import TokensLoader
 
         # litdata downloads chunks through obstore when it is installed (its fastest path), but
         # gives obstore no way to reach a plain-http endpoint such as this loopback server;
