@@ -48,6 +48,28 @@ _STATUS = re.compile(r"non-2xx status code: (\d{3})\b")
 _HTTP_KIND = re.compile(r"HttpError \{\s*kind: (\w+)")
 
 
+#: The pid of the process whose obstore (tokio) runtime is running, once one is. obstore's
+#: runtime is process-global and does not survive ``fork``: a forked child (a DataLoader worker)
+#: that calls it hangs. So a child forked after obstore started reads through s3fs instead.
+_RUNTIME_PID: int | None = None
+_FORKED_AFTER_RUNTIME = False
+
+
+def _after_fork_in_child() -> None:
+    global _FORKED_AFTER_RUNTIME
+    if _RUNTIME_PID is not None:
+        _FORKED_AFTER_RUNTIME = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def obstore_usable() -> bool:
+    """Can this process call obstore (not a child forked after its runtime started)?"""
+    return not _FORKED_AFTER_RUNTIME
+
+
 class HTTPStatusError(OSError):
     """The store answered a request with an HTTP error ``status`` (classified by it)."""
 
@@ -164,6 +186,7 @@ class ObstoreS3FileSystem:
         self._options = storage_options
         self._settings = settings
         self._fs = fs
+        self._fs_pid = os.getpid() if fs is not None else None
         self._stores: dict[str, Any] = {}
         self._pid = os.getpid()
         self._lock = threading.Lock()
@@ -181,24 +204,33 @@ class ObstoreS3FileSystem:
 
     @property
     def fsspec(self) -> Any:
-        """The s3fs filesystem of the same URL and options (created on first use)."""
-        if self._fs is None:
+        """The s3fs filesystem of the same URL and options (created on first use, and again
+        in a forked child: an s3fs instance is not fork-safe)."""
+        pid = os.getpid()
+        if self._fs is None or self._fs_pid != pid:
             with self._lock:
-                if self._fs is None:
+                if self._fs is None or self._fs_pid != pid:
                     from storage.urls import _fsspec_fs
 
-                    self._fs = _fsspec_fs(self._url, self._options)[0]
+                    options = self._options
+                    if self._fs is not None:  # inherited: fsspec's cached one is the parent's
+                        options = {**options, "skip_instance_cache": True}
+                    self._fs = _fsspec_fs(self._url, options)[0]
+                    self._fs_pid = pid
         return self._fs
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("_fs", "_url", "_options", "_settings"):
+        if name.startswith("__") or name in ("_fs", "_fs_pid", "_url", "_options", "_settings",
+                                             "_stores", "_pid", "_lock"):
             raise AttributeError(name)
         return getattr(self.fsspec, name)
 
     # -- reads ----------------------------------------------------------------------------
 
     def _store(self, bucket: str) -> Any:
+        global _RUNTIME_PID
         pid = os.getpid()
+        _RUNTIME_PID = pid
         if self._pid != pid:  # a forked child: the parent's runtime threads are not here
             self._stores, self._pid = {}, pid
         store = self._stores.get(bucket)
@@ -223,6 +255,8 @@ class ObstoreS3FileSystem:
     def read_range(self, path: str, start: int | None = None, end: int | None = None) -> Any:
         """Bytes ``[start, end)`` of ``path`` (bucket/key) as a zero-copy buffer (or the whole
         object); ``end`` beyond the object is cut to its size, as in fsspec."""
+        if not obstore_usable():  # a child forked after obstore started: s3fs
+            return self.fsspec.cat_file(path, start=start, end=end)
         import obstore
 
         bucket, key = self._split(path)

@@ -83,3 +83,14 @@ def test_remote_reads_keep_more_requests_in_flight() -> None:
     assert PrefetchingWindows(reader(False), starts, SEQ, 16, 2).threads == REMOTE_IN_FLIGHT
     assert PrefetchingWindows(reader(False), starts, SEQ, 4, 2).threads == 4  # <= lookahead
     assert PrefetchingWindows(reader(False), starts, SEQ, 16, 12).threads == 12
+
+
+def test_dataloader_workers_read_s3_after_the_parent_used_obstore(s3_bucket, monkeypatch,
+                                                                   tiny_dataset) -> None:
+    monkeypatch.setenv(CLIENT_ENV, "obstore")
+    url = f"{s3_bucket.url}/ds"
+    _copy(tiny_dataset, ReplicaSet.from_urls([url], s3_bucket.storage_options))
+    want = _epoch(url, s3_bucket.storage_options)
+    got = _epoch(url, s3_bucket.storage_options, num_workers=2)
+    assert len(got) == len(want)
+    assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))

@@ -93,3 +93,34 @@ def test_reads_errors_and_pickling_against_a_real_server(s3_bucket, monkeypatch)
                    client_kwargs={"endpoint_url": "http://127.0.0.1:1", "region_name": "us-east-1"})
     with pytest.raises(ConnectionError):
         resolve(url, refused).fs.cat_file(path)
+
+
+def test_a_child_forked_after_obstore_started_reads_through_s3fs(s3_bucket) -> None:
+    """obstore's runtime does not survive fork (a DataLoader worker would hang): the child
+    reads the same bytes through s3fs instead. In a fresh interpreter, as a training job."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = """
+import json, os, signal, sys
+from storage import ReplicaSet
+url, opts = sys.argv[1], json.loads(sys.argv[2])
+store = ReplicaSet.from_urls([url], opts)
+store.put("obj.bin", b"0123456789")
+assert store.get("obj.bin", start=2, end=5) == b"234"  # obstore's runtime runs here now
+pid = os.fork()
+if pid == 0:
+    signal.alarm(20)
+    os._exit(0 if store.get("obj.bin", start=2, end=5) == b"234" else 1)
+_, status = os.waitpid(pid, 0)
+sys.exit(0 if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else 3)
+"""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, CLIENT_ENV: "obstore", "PYTHONPATH": str(root)}
+    proc = subprocess.run([sys.executable, "-c", script, f"{s3_bucket.url}/ds",
+                           json.dumps(s3_bucket.storage_options)], env=env, timeout=60,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
