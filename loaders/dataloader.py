@@ -43,13 +43,18 @@ from loaders.batches import BatchFormat, batches, batches_from_chunks, window_ch
 from loaders.dataset import dist_rank_world, make_layout, open_source
 from loaders.plan import Layout, Progress
 from loaders.settings import LoaderSettings
-from loaders.source import Source
+from loaders.source import Source, rank_stream
 from loaders.state import STATE_VERSION, LoaderStateError, check_state, make_state
 
 __all__ = ["STATE_VERSION", "LoaderStateError", "ShardflowLoader", "build_dataloader"]
 
 #: Batches whose parts a DataLoader worker sends as one item (one int32 tensor of windows).
 CHUNK_BATCHES = 8
+#: In-process, the rank's sequence is generated and read ahead this many samples (whole
+#: batches) at a time (:func:`loaders.source.rank_stream`), so neither the plan nor the
+#: read-ahead schedule grows with the rank's share of the epoch. A row group used on both
+#: sides of a piece boundary is read once per piece (a few per piece at the default size).
+STREAM_SAMPLES = plan.STREAM_CHUNK
 
 
 class _WorkerParts(IterableDataset):
@@ -162,9 +167,7 @@ class ShardflowLoader(Stateful):
         if self.progress.lane_pos and self.remaining() == 0:
             self.progress = Progress(self.epoch)  # a finished epoch again starts it over
         if self.num_workers == 0:
-            samples = self.samples()
-            sizes = [len(c) for c in plan.batches_of(samples, self.batch_size)]
-            build = batches(self.format, samples, self.source.windows(samples), sizes)
+            build = self._in_process()
             if self.batch_thread:
                 build = self._threaded(build)
             return self._count(build)
@@ -173,6 +176,23 @@ class ShardflowLoader(Stateful):
         loader = DataLoader(parts, batch_size=None, num_workers=self.num_workers,
                             prefetch_factor=self.prefetch_factor, persistent_workers=False)
         return self._count(self._assemble(iter(loader), self.remaining()))
+
+    def _pieces(self) -> Iterator[tuple[np.ndarray, list[int]]]:
+        """``(samples, batch sizes)``: the rest of this rank's epoch, whole batches a piece."""
+        held: list[np.ndarray] = []
+        count = 0
+        for batch in rank_stream(self.source, self.layout, self.progress).batches():
+            held.append(batch)
+            count += len(batch)
+            if count >= STREAM_SAMPLES:
+                yield np.concatenate(held), [len(b) for b in held]
+                held, count = [], 0
+        if held:
+            yield np.concatenate(held), [len(b) for b in held]
+
+    def _in_process(self) -> Iterator[dict[str, torch.Tensor]]:
+        for samples, sizes in self._pieces():
+            yield from batches(self.format, samples, self.source.windows(samples), sizes)
 
     def _assemble(self, chunks: Iterator[dict[str, torch.Tensor]], n_batches: int
                   ) -> Iterator[dict[str, torch.Tensor]]:
