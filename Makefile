@@ -71,7 +71,10 @@ bench: bench-peers
 bench-peers: $(STAMP)
 	$(PIP) install -qq --no-deps "mosaicml-streaming==0.13.*" "litdata==0.2.*" \
 	  lightning-utilities catalogue brotli zstd xxhash tqdm
-	$(PIP) install -qq "datasets>=2.19"
+	$(PIP) install -qq "datasets>=2.19" "tiktoken>=0.9"
+	# litdata and MosaicML streaming read S3 through boto3: the release paired with botocore
+	$(PIP) install -qq --no-deps "boto3==$$($(PY) -c 'import botocore; print(botocore.__version__)')" \
+	  "s3transfer>=0.10"
 
 clean:
 	rm -rf $(VENV) data runs .pytest_cache .ruff_cache
