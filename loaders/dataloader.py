@@ -308,12 +308,7 @@ def build_dataloader(url: str | Source, batch_size: int, seq_len: int | None = N
     """
     if (rank is None) != (world_size is None):
         raise ValueError("give both rank and world_size, or neither")
-    if settings is None:
-        if seq_len is None:
-            raise TypeError("give seq_len or settings")
-        settings = LoaderSettings.from_kwargs(seq_len, **setting_kwargs)
-    elif setting_kwargs:
-        raise TypeError(f"give settings= or keywords {sorted(setting_kwargs)}, not both")
+    settings = LoaderSettings.given(settings, seq_len, setting_kwargs)
     if rank is None or world_size is None:
         rank, world_size = dist_rank_world()
     layout = make_layout(batch_size, rank, world_size, global_batch_size, lanes)

@@ -93,12 +93,7 @@ class TokenDataset(IterableDataset):
         super().__init__()
         if (rank is None) != (world_size is None):
             raise ValueError("give both rank and world_size, or neither")
-        if settings is None:
-            if seq_len is None:
-                raise TypeError("give seq_len or settings")
-            settings = LoaderSettings.from_kwargs(seq_len, **setting_kwargs)
-        elif setting_kwargs:
-            raise TypeError(f"give settings= or keywords {sorted(setting_kwargs)}, not both")
+        settings = LoaderSettings.given(settings, seq_len, setting_kwargs)
         self.settings = settings
         store = {k: v for k, v in (("storage_options", storage_options), ("replicas", replicas),
                                    ("replica_options", replica_options),

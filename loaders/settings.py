@@ -58,6 +58,18 @@ class LoaderSettings:
             raise ValueError(f"window_blocks must be >= 1, got {self.plan.window_blocks}")
 
     @classmethod
+    def given(cls, settings: LoaderSettings | None, seq_len: int | None,
+              kwargs: dict[str, Any]) -> LoaderSettings:
+        """The settings a caller meant: ``settings=`` or ``seq_len`` plus flat keywords."""
+        if settings is None:
+            if seq_len is None:
+                raise TypeError("give seq_len or settings")
+            return cls.from_kwargs(seq_len, **kwargs)
+        if kwargs:
+            raise TypeError(f"give settings= or keywords {sorted(kwargs)}, not both")
+        return settings
+
+    @classmethod
     def from_kwargs(cls, seq_len: int, **kwargs: Any) -> LoaderSettings:
         """Settings from flat keywords (``seed=``, ``read_threads=``, ``cache_dir=``, ...)."""
         groups: dict[str, dict[str, Any]] = {"plan": {}, "read": {}, "": {}}
