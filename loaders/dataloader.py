@@ -157,12 +157,6 @@ class ShardflowLoader(Stateful):
 
     # -- iteration ---------------------------------------------------------------------
 
-    def samples(self) -> np.ndarray:
-        """This rank's samples still to come in the current epoch, in order."""
-        lo, hi = self.layout.rank_lanes()
-        block = self.source.lane_samples(self.epoch, self.layout.lanes, lo, hi)
-        return plan.sequence(block, self.layout, self.progress)
-
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         if self.progress.lane_pos and self.remaining() == 0:
             self.progress = Progress(self.epoch)  # a finished epoch again starts it over
