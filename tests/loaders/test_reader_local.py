@@ -1,0 +1,97 @@
+"""Local replicas are memory-mapped: pieces are verified in place and decoded from the mapping,
+and a damaged local copy is still a checksum failure that fails over, never a crash."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import loaders.reader as reader_module
+from loaders import build_dataloader
+from loaders.reader import MappedShards
+from storage import ChecksumMismatchError
+
+SEQ = 255
+
+
+def _epoch(url: str, **kw) -> list[np.ndarray]:
+    return [b["input_ids"].numpy().copy() for b in build_dataloader(url, 4, SEQ, **kw)]
+
+
+def _shards(root: str) -> list[Path]:
+    return sorted(p for p in Path(root, "shards").glob("*.parquet"))
+
+
+def _replica(tiny_dataset: str, tmp_path: Path, name: str) -> str:
+    out = tmp_path / name
+    shutil.copytree(tiny_dataset, out)
+    return str(out)
+
+
+def test_local_reads_decode_from_the_mapping(tiny_dataset, monkeypatch) -> None:
+    """No Python file object in the local decode path (each costs a GIL round trip)."""
+    want = _epoch(tiny_dataset)
+
+    class NoRangeFile:
+        def __init__(self, *args, **kwargs) -> None:
+            raise AssertionError("a local piece was decoded through a Python file object")
+
+    monkeypatch.setattr(reader_module, "_RangeFile", NoRangeFile)
+    got = _epoch(tiny_dataset)
+    assert len(got) == len(want) > 10
+    assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+def test_corrupt_local_replica_fails_over(tiny_dataset, tmp_path) -> None:
+    bad, good = (_replica(tiny_dataset, tmp_path, n) for n in ("bad", "good"))
+    want = _epoch(good)
+    for shard in _shards(bad):
+        data = bytearray(shard.read_bytes())
+        data[len(data) // 3:len(data) // 3 + 64] = b"\0" * 64  # inside a token column chunk
+        shard.write_bytes(bytes(data))
+    loader = build_dataloader(bad, 4, SEQ, replicas=[good])
+    got = [b["input_ids"].numpy().copy() for b in loader]
+    assert loader.metrics()["failovers"] > 0
+    assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+def test_truncated_local_shard_is_an_error_naming_it(tiny_dataset, tmp_path) -> None:
+    """A short file is refused before it is mapped: a read past the end of a mapping would be
+    a bus error that kills the trainer, not an exception."""
+    root = _replica(tiny_dataset, tmp_path, "short")
+    for shard in _shards(root):
+        shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    with pytest.raises(Exception, match=r"shards/part-.*\.parquet") as err:
+        _epoch(root)
+    assert "truncated" in str(err.value) or "bytes" in str(err.value)
+
+
+def test_truncated_shard_on_one_replica_fails_over(tiny_dataset, tmp_path) -> None:
+    bad, good = (_replica(tiny_dataset, tmp_path, n) for n in ("bad", "good"))
+    for shard in _shards(bad):
+        shard.write_bytes(shard.read_bytes()[:100])
+    got = _epoch(bad, replicas=[good])
+    want = _epoch(good)
+    assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+def test_mapped_shards_keep_a_bounded_number_and_old_buffers_stay_valid(tmp_path) -> None:
+    files = []
+    for i in range(5):
+        path = tmp_path / f"f{i}"
+        path.write_bytes(bytes([i]) * (1000 + i))
+        files.append(path)
+    maps = MappedShards(limit=2)
+    first = maps.get(str(files[0]), 1000)
+    for i, path in enumerate(files):
+        assert bytes(memoryview(maps.get(str(path), 1000 + i))[:3]) == bytes([i]) * 3
+    assert len(maps._maps) == 2
+    files[0].unlink()  # dropped from the table and deleted: a buffer taken earlier still reads
+    assert bytes(memoryview(first)) == b"\0" * 1000
+    with pytest.raises(ChecksumMismatchError, match="f1: 1001 bytes on disk, the index says 7"):
+        MappedShards().get(str(files[1]), 7)
+    with pytest.raises(FileNotFoundError):
+        maps.get(str(files[0]), 1000)
