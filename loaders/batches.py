@@ -34,6 +34,12 @@ def make_batch(fmt: BatchFormat, samples: np.ndarray, windows: list[np.ndarray] 
         for i, w in enumerate(windows):
             inputs[i] = w[:-1]
             labels[i] = w[1:]
+    return finish_batch(fmt, samples, inputs, labels)
+
+
+def finish_batch(fmt: BatchFormat, samples: np.ndarray, inputs: np.ndarray, labels: np.ndarray
+                 ) -> dict[str, torch.Tensor]:
+    """The batch of already filled ``inputs`` and ``labels``, with the optional keys."""
     batch = {"input_ids": torch.from_numpy(inputs), "labels": torch.from_numpy(labels)}
     if fmt.return_position_ids:
         assert fmt.eos_id is not None
@@ -45,14 +51,22 @@ def make_batch(fmt: BatchFormat, samples: np.ndarray, windows: list[np.ndarray] 
 
 def batches(fmt: BatchFormat, samples: np.ndarray, windows: Iterator[np.ndarray],
             sizes: list[int]) -> Iterator[dict[str, torch.Tensor]]:
-    """Consecutive batches of ``sizes[k]`` samples (0 allowed: an empty part)."""
+    """Consecutive batches of ``sizes[k]`` samples (0 allowed: an empty part).
+
+    The hot loop of the in-process loader (once per sample): each window is widened into its
+    rows as it arrives, with no list of windows in between."""
     it = iter(windows)
-    lo = 0
+    lo, length = 0, fmt.seq_len
     try:
         for size in sizes:
-            chunk = samples[lo:lo + size]
+            inputs = np.empty((size, length), dtype=np.int64)
+            labels = np.empty((size, length), dtype=np.int64)
+            for i in range(size):
+                w = next(it)
+                inputs[i] = w[:-1]
+                labels[i] = w[1:]
+            yield finish_batch(fmt, samples[lo:lo + size], inputs, labels)
             lo += size
-            yield make_batch(fmt, chunk, [next(it) for _ in range(size)])
     finally:
         close = getattr(windows, "close", None) or getattr(it, "close", None)
         if close is not None:
