@@ -237,8 +237,11 @@ class ChunkCache:
         return total
 
     def total_bytes(self) -> int:
-        """Bytes of all entries, counted on disk (for tests and inspection)."""
-        return sum(e.size for e in self.scan())
+        """Bytes of all entries, counted on disk (for tests and inspection), under the lock: a
+        directory listing is not atomic, and one taken while an entry is evicted and another
+        renamed in can list both."""
+        with self._locked():
+            return sum(e.size for e in self.scan())
 
     def stats(self) -> dict[str, int]:
         return {"hits": self.hits, "misses": self.misses, "evictions": self.evictions,
