@@ -93,6 +93,7 @@ def write_token_dataset(store: Any, tokens: np.ndarray, n_shards: int,
     from pipeline import tokenizing
     from pipeline.shards import encode_shard, schema_description
     from storage import MANIFEST, TOKENIZER, Manifest, TokenizerInfo
+    from storage.index import with_index, write_index
     from storage.tokens import token_dtype
 
     tok = tokenizing.gpt2()
@@ -114,5 +115,7 @@ def write_token_dataset(store: Any, tokens: np.ndarray, n_shards: int,
         tokenizer=TokenizerInfo(tok.name, TOKENIZER, tok.sha256, tok.vocab_size, tok.eos_id,
                                 tok.eos_token, len(tok.json.encode())),
         shards=tuple(shards), schema=schema_description(dtype), config={"benchmark": True})
+    # As the pipeline commits it: shardflow.dataset/2, the row groups in the binary index.
+    manifest = with_index(manifest, manifest.shards, write_index(store, manifest.shards))
     store.put(MANIFEST, manifest.to_json().encode())
     return manifest

@@ -1,7 +1,7 @@
 """A local disk cache of verified shard pieces, shared by every process on one host.
 
 What it holds: the byte ranges that :class:`loaders.reader.TokenReader` fetches from the store
-(row-group token column chunks and shard footers), each stored under the sha256 that the
+(row-group token column chunks and shard footers), each stored under the digest that the
 manifest gives for it. Why that key: the manifest already names every piece by its content, so
 
 - a hit can never be a stale piece of another object or of an older version of the dataset (a
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from storage import digest_bytes
+from storage.checksums import piece_matches
 
 #: Default size limit: room for a mid-sized dataset's token chunks on a trainer's local disk;
 #: pass ``cache_bytes`` for more or less.
@@ -49,8 +49,9 @@ LOW_WATER = 0.9
 #: Temporary files older than this are leftovers of a killed process and are removed on scans.
 STALE_TMP_S = 3600.0
 
-#: a sha256 in hex, or its first 32 hex digits (the row-group digests of a binary index)
-_KEY = re.compile(r"^[0-9a-f]{32}(?:[0-9a-f]{32})?$")
+#: a sha256 in hex, or its first 32 hex digits (the row-group digests of a binary index),
+#: either prefixed ``b3-`` for BLAKE3 (``storage.checksums.piece_key``)
+_KEY = re.compile(r"^(?:b3-)?[0-9a-f]{32}(?:[0-9a-f]{32})?$")
 _SIZE_FILE = ".size"
 _LOCK_FILE = ".lock"
 _TMP_DIR = "tmp"
@@ -84,7 +85,7 @@ def choose_evictions(entries: Iterable[Entry], target_bytes: int) -> list[str]:
 
 
 class ChunkCache:
-    """Verified pieces by sha256 in ``directory``, at most ``max_bytes`` of them."""
+    """Verified pieces by digest in ``directory``, at most ``max_bytes`` of them."""
 
     def __init__(self, directory: str | os.PathLike[str],
                  max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
@@ -116,12 +117,12 @@ class ChunkCache:
 
     @staticmethod
     def cacheable(key: str) -> bool:
-        """Only a sha256 in hex (or its first 128 bits) becomes a file name (a manifest cannot
-        steer paths)."""
+        """Only a digest in hex (or its first 128 bits), tagged with its algorithm, becomes a
+        file name (a manifest cannot steer paths)."""
         return bool(_KEY.match(key))
 
     def path(self, key: str) -> Path:
-        return self.directory / key[:2] / key
+        return self.directory / key.removeprefix("b3-")[:2] / key
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -138,7 +139,7 @@ class ChunkCache:
         except OSError:
             self._add(misses=1, errors=1)
             return None
-        if digest_bytes(data)[:len(key)] != key:
+        if not piece_matches(key, data):
             self._discard(path)
             self._add(misses=1, corrupt=1)
             return None

@@ -4,8 +4,9 @@ The per-row-group token counts (:class:`loaders.row_groups.RowGroupIndex`: array
 dataset's binary index, or a v1 manifest's inline shards) map any token offset to (shard, row
 group) without opening a file. A row group is fetched as exactly one ranged GET of its token
 column chunk, through ``storage``'s replica set (failover, back-off), and checked against the
-index's digest (the first 16 bytes of its sha256) before it is decoded; the shard's footer is
-fetched and checked (full sha256) once per reader.
+index's digest (the first 16 bytes of its BLAKE3, or of its SHA-256 in older datasets:
+:mod:`storage.checksums`) before it is decoded; the shard's footer is fetched and checked (full
+SHA-256) once per reader.
 With a :class:`loaders.cache.ChunkCache`, pieces already on local disk (re-verified there) are
 not requested from the store at all, and fetched ones are added to it. Which row groups to
 hold, and for how long, is :mod:`loaders.prefetch`'s job.
@@ -37,9 +38,9 @@ from storage import (
     ChecksumMismatchError,
     ManifestError,
     ReplicaSet,
-    digest_bytes,
     tokens,
 )
+from storage.checksums import piece_matches
 from storage.clients import read_range
 
 __all__ = ["RowGroupIndex", "TokenReader"]
@@ -209,7 +210,7 @@ class TokenReader:
         across a network), so byte ranges that are close together — neighbouring row groups,
         and the footer when it is not cached yet — are merged into one ranged GET (holes up
         to ``HOLE_BYTES``, requests up to ``MAX_REQUEST_BYTES``). Every piece is still checked
-        against its own sha256, and a mismatch fails the read over to another replica.
+        against its own digest, and a mismatch fails the read over to another replica.
         """
         shard = int(self.index.shard_of[groups[0]])
         where = self.index.locations(self.store)
@@ -218,7 +219,7 @@ class TokenReader:
         if not footer_at[2]:
             raise ManifestError(f"{path}: manifest lacks footer/row-group locations; "
                                 "rebuild the dataset with this version of the pipeline")
-        # start, end, digest (hex; a prefix of the piece's sha256), group
+        # start, end, key (storage.checksums.piece_key: what the piece must hash to), group
         pieces: list[tuple[int, int, str, int | None]] = []
         for g in groups:
             if int(self.index.shard_of[g]) != shard:
@@ -244,8 +245,8 @@ class TokenReader:
             if whole is not None:
                 mapped.update((start, whole) for start, *_ in request)
             if self.cache is not None:
-                for start, _end, sha, _g in request:
-                    self.cache.put(sha, got[start])
+                for start, _end, key, _g in request:
+                    self.cache.put(key, got[start])
         footer = next((fetched.pop(p[0]) for p in pieces if p[3] is None), None)
         if footer is not None:
             self._meta[shard] = _metadata_from_footer(footer)
@@ -282,12 +283,12 @@ class TokenReader:
                 raise ChecksumMismatchError(f"{path}[{lo}:{hi}]: {len(data)} bytes returned, "
                                             f"the index says {hi - lo} (a shorter object)")
             out = {}
-            for start, end, sha, _g in pieces:
+            for start, end, key, _g in pieces:
                 piece = data[start - lo:end - lo]
-                if not sha or digest_bytes(piece)[:len(sha)] != sha:
+                if not piece_matches(key, piece):
                     raise ChecksumMismatchError(
-                        f"{path}[{start}:{end}] has checksum {digest_bytes(piece)[:12]}..., "
-                        f"manifest says {sha[:12]}...")
+                        f"{path}[{start}:{end}] does not match its checksum "
+                        f"{key[:15]}... in the index (a corrupt or different copy)")
                 out[start] = piece
             return out, whole
 

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from storage import Manifest, ManifestError, ReplicaSet, tokens
+from storage.checksums import SHA256, piece_key
 from storage.index import (
     DIGEST_BYTES,
     LOADER_PLAN_COLUMNS,
@@ -30,6 +31,7 @@ from storage.index import (
     PieceCache,
     build_index,
     check_counts,
+    digest_algorithm,
     digest_hex,
     fetch_columns,
     read_index,
@@ -49,17 +51,21 @@ class Locations:
     shard_bytes: np.ndarray
     footer_length: np.ndarray
     footer_sha256: np.ndarray
+    #: what ``digest`` holds: ``blake3`` or ``sha256`` prefixes (``storage.checksums``)
+    algorithm: str = SHA256
 
     @classmethod
-    def from_columns(cls, cols: dict[str, np.ndarray]) -> Locations:
+    def from_columns(cls, cols: dict[str, np.ndarray], algorithm: str = SHA256) -> Locations:
         return cls(cols["offset"], cols["length"], cols["digest"], shard_paths(cols),
-                   cols["shard_bytes"], cols["footer_length"], cols["footer_sha256"])
+                   cols["shard_bytes"], cols["footer_length"], cols["footer_sha256"],
+                   algorithm)
 
     def piece(self, g: int) -> tuple[int, int, str]:
-        """Row group ``g``'s token column chunk: ``(start, end, digest hex)``; a piece is
-        verified by ``sha256(bytes).hexdigest().startswith(digest hex)``."""
+        """Row group ``g``'s token column chunk: ``(start, end, key)``; a piece is verified by
+        ``storage.checksums.piece_matches(key, bytes)`` (the key names the algorithm)."""
         start = int(self.offset[g])
-        return start, start + int(self.length[g]), digest_hex(self.digest, g)
+        return start, start + int(self.length[g]), piece_key(digest_hex(self.digest, g),
+                                                             self.algorithm)
 
     def footer(self, shard: int) -> tuple[int, int, str]:
         """Shard ``shard``'s footer: ``(start, end, sha256 hex)``; ``(0, 0, "")`` when the
@@ -105,7 +111,7 @@ class RowGroupIndex:
         if manifest.index is None:
             cols = read_index(build_index(manifest.shards))
             return cls(cols["tokens"], cols["first_group"], encoding,
-                       Locations.from_columns(cols))
+                       Locations.from_columns(cols, digest_algorithm(manifest.shards)))
         cols = fetch_columns(store, manifest.index, LOADER_PLAN_COLUMNS, cache)
         check_counts(manifest, cols)
         return cls(cols["tokens"], cols["first_group"], encoding, None, manifest, cache)
@@ -128,7 +134,7 @@ class RowGroupIndex:
                             or len(cols["shard_bytes"]) < s):
                         raise ManifestError(f"{m.index.path}: location columns do not match "
                                             "the row groups")
-                    self._locations = Locations.from_columns(cols)
+                    self._locations = Locations.from_columns(cols, m.index.digest)
         return self._locations
 
     def __getstate__(self) -> dict[str, Any]:

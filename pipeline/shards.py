@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from pipeline.plan import close_at_target
 from storage import RowGroupInfo, ShardInfo, digest_bytes, tokens
+from storage.checksums import piece_digest
 
 SCHEMA = pa.schema([
     pa.field("doc_id", pa.string(), nullable=False),
@@ -77,8 +78,9 @@ def encode_table(table: pa.Table, dtype: np.dtype, target_rg_tokens: int,
         start = (chunk.dictionary_page_offset if chunk.has_dictionary_page
                  else chunk.data_page_offset)
         length = chunk.total_compressed_size
+        piece = memoryview(data)[start:start + length]
         groups.append(RowGroupInfo(rows=hi - lo, tokens=int(sum(counts[lo:hi])), offset=start,
-                                   length=length, sha256=digest_bytes(data[start:start + length])))
+                                   length=length, blake3=piece_digest(piece)))
     footer_length = meta.serialized_size + 8
     info = ShardInfo(path=path, rows=table.num_rows, tokens=int(sum(counts)), bytes=len(data),
                      sha256=digest_bytes(data), row_groups=tuple(groups),

@@ -63,6 +63,14 @@ class Fields:
             raise FieldError(f"{self._path(key)} must be a string, not {_kind(value)}")
         return value
 
+    def choice(self, key: str, choices: tuple[str, ...], default: Any = _MISSING) -> str:
+        """A string that must be one of ``choices``."""
+        value = self.string(key, default)
+        if value not in choices:
+            raise FieldError(f"{self._path(key)} must be one of {', '.join(choices)}, "
+                             f"not {value!r}")
+        return value
+
     def optional_string(self, key: str) -> str | None:
         return None if self.value.get(key) is None else self.string(key)
 

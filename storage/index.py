@@ -38,6 +38,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from storage.checksums import PIECE_DIGEST, SHA256
 from storage.layout import index_name, safe_relative
 from storage.manifest import (
     FORMAT_V2,
@@ -104,9 +105,18 @@ def build_index_arrays(columns: dict[str, np.ndarray]) -> bytes:
     return head + b"".join(blobs)
 
 
-def build_index(shards: Sequence[Any]) -> bytes:
-    """The index of ``shards`` (``storage.manifest.ShardInfo``, in manifest order)."""
+def digest_algorithm(shards: Sequence[Any]) -> str:
+    """The row-group digest an index of ``shards`` keeps: BLAKE3 when every row group has one
+    (the pipeline records it now), else SHA-256 (a v1 dataset being upgraded)."""
     groups = [g for s in shards for g in s.row_groups]
+    return PIECE_DIGEST if groups and all(g.blake3 for g in groups) else SHA256
+
+
+def build_index(shards: Sequence[Any]) -> bytes:
+    """The index of ``shards`` (``storage.manifest.ShardInfo``, in manifest order); its
+    ``digest`` column holds :func:`digest_algorithm`'s digests."""
+    groups = [g for s in shards for g in s.row_groups]
+    digest = digest_algorithm(shards)
     paths = [s.path.encode() for s in shards]
     counts = np.array([len(s.row_groups) for s in shards], dtype=np.uint64)
     columns = {
@@ -114,7 +124,8 @@ def build_index(shards: Sequence[Any]) -> bytes:
         "tokens": np.array([g.tokens for g in groups], dtype=np.uint64),
         "offset": np.array([g.offset for g in groups], dtype=np.uint64),
         "length": np.array([g.length for g in groups], dtype=np.uint64),
-        "digest": _hex_to_bytes([g.sha256 for g in groups], DIGEST_BYTES),
+        "digest": _hex_to_bytes([g.blake3 if digest == PIECE_DIGEST else g.sha256
+                                 for g in groups], DIGEST_BYTES),
         "first_group": np.concatenate([[0], np.cumsum(counts)]).astype(np.uint64),
         "shard_rows": np.array([s.rows for s in shards], dtype=np.uint64),
         "shard_tokens": np.array([s.tokens for s in shards], dtype=np.uint64),
@@ -131,9 +142,9 @@ def build_index(shards: Sequence[Any]) -> bytes:
     return build_index_arrays(columns)
 
 
-def index_ref(path: str, data: bytes) -> IndexRef:
+def index_ref(path: str, data: bytes, digest: str = SHA256) -> IndexRef:
     return IndexRef(path, len(data), hashlib.sha256(data).hexdigest(),
-                    hashlib.sha256(_header_bytes(data)).hexdigest())
+                    hashlib.sha256(_header_bytes(data)).hexdigest(), digest)
 
 
 def _header_bytes(data: bytes) -> bytes:
@@ -234,7 +245,8 @@ class PieceCache(Protocol):
 def encode(shards: Sequence[ShardInfo]) -> tuple[bytes, IndexRef]:
     """The index object of ``shards`` and the reference a manifest records for it."""
     data = build_index(shards)
-    return data, index_ref(index_name(hashlib.sha256(data).hexdigest()), data)
+    return data, index_ref(index_name(hashlib.sha256(data).hexdigest()), data,
+                           digest_algorithm(shards))
 
 
 def with_index(manifest: Manifest, shards: Sequence[ShardInfo], ref: IndexRef) -> Manifest:
@@ -342,8 +354,9 @@ def shards_of(store: ReplicaSet | str, manifest: Manifest) -> tuple[ShardInfo, .
 
     v1: its inline shards. v2: built from its index, read from ``store`` and verified against
     the manifest's ``IndexRef`` and totals; cached per index sha256 (a few per process).
-    A row group's ``sha256`` from an index is the first 32 hex digits (128 bits) of the
-    token column chunk's sha256: what the index keeps.
+    A row group's ``blake3`` (or, for an index of SHA-256 digests, ``sha256``) from an index
+    is the first 32 hex digits (128 bits) of the token column chunk's digest: what the index
+    keeps.
     """
     if manifest.index is None:
         return manifest.shards
@@ -354,7 +367,7 @@ def shards_of(store: ReplicaSet | str, manifest: Manifest) -> tuple[ShardInfo, .
             return _SHARDS[ref.sha256]
     cols = fetch_columns(as_store(store), ref, list({**GROUP_COLUMNS, **SHARD_COLUMNS}))
     check_counts(manifest, cols)
-    shards = shards_from_columns(cols)
+    shards = shards_from_columns(cols, ref.digest)
     with _SHARDS_LOCK:
         _SHARDS[ref.sha256] = shards
         while len(_SHARDS) > _SHARDS_KEPT:
@@ -362,15 +375,17 @@ def shards_of(store: ReplicaSet | str, manifest: Manifest) -> tuple[ShardInfo, .
     return shards
 
 
-def shards_from_columns(cols: dict[str, np.ndarray]) -> tuple[ShardInfo, ...]:
+def shards_from_columns(cols: dict[str, np.ndarray], digest: str = SHA256
+                        ) -> tuple[ShardInfo, ...]:
     paths = shard_paths(cols)
     first = cols["first_group"].astype(np.int64).tolist()
     rows, toks = cols["rows"].tolist(), cols["tokens"].tolist()
     offs, lens = cols["offset"].tolist(), cols["length"].tolist()
     digests = cols["digest"].tobytes()
-    groups = [RowGroupInfo(rows[i], toks[i], offs[i], lens[i],
-                           digests[i * DIGEST_BYTES:(i + 1) * DIGEST_BYTES].hex())
-              for i in range(len(rows))]
+    field = "blake3" if digest == PIECE_DIGEST else "sha256"
+    groups = [RowGroupInfo(rows[i], toks[i], offs[i], lens[i], **{
+        field: digests[i * DIGEST_BYTES:(i + 1) * DIGEST_BYTES].hex()})
+        for i in range(len(rows))]
     out = []
     for s, path in enumerate(paths):
         out.append(ShardInfo(

@@ -25,6 +25,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from storage.checksums import PIECE_ALGORITHMS, SHA256
 from storage.fields import FieldError, Fields
 from storage.layout import MANIFEST, UnsafePathError, safe_relative
 from storage.urls import Location, resolve
@@ -66,12 +67,16 @@ class RowGroupInfo:
     offset: int = 0
     length: int = 0
     sha256: str = ""
+    #: BLAKE3 of the same bytes: the digest a v2 index keeps when every row group has one
+    #: (``storage.checksums``); absent from datasets written before it
+    blake3: str = ""
 
     @classmethod
     def from_dict(cls, g: dict[str, Any] | Fields) -> RowGroupInfo:
         f = g if isinstance(g, Fields) else Fields(g, "row_group")
         return cls(f.integer("rows"), f.integer("tokens"), f.integer("offset", 0),
-                   f.integer("length", 0), f.hex_digest("sha256", ""))
+                   f.integer("length", 0), f.hex_digest("sha256", ""),
+                   f.hex_digest("blake3", ""))
 
 
 @dataclass(frozen=True)
@@ -117,22 +122,29 @@ class ShardInfo:
 @dataclass(frozen=True)
 class IndexRef:
     """What a v2 manifest records about its row-group index object: where it is, its size,
-    the sha256 of the whole object and of its header (which holds every column's sha256)."""
+    the sha256 of the whole object and of its header (which holds every column's sha256),
+    and the algorithm of its row-group ``digest`` column (``storage.checksums``: ``blake3``
+    for datasets written now; absent, hence ``sha256``, in older manifests, which therefore
+    re-serialise to the same bytes)."""
 
     path: str
     bytes: int
     sha256: str
     header_sha256: str
+    digest: str = SHA256
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "bytes": self.bytes, "sha256": self.sha256,
-                "header_sha256": self.header_sha256}
+        out = {"path": self.path, "bytes": self.bytes, "sha256": self.sha256,
+               "header_sha256": self.header_sha256}
+        if self.digest != SHA256:
+            out["digest"] = self.digest
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | Fields) -> IndexRef:
         f = d if isinstance(d, Fields) else Fields(d, "index")
         return cls(_path(f), f.integer("bytes", minimum=1), f.hex_digest("sha256"),
-                   f.hex_digest("header_sha256"))
+                   f.hex_digest("header_sha256"), f.choice("digest", PIECE_ALGORITHMS, SHA256))
 
 
 @dataclass(frozen=True)
@@ -247,6 +259,10 @@ class Manifest:
             del d["shards"]
         else:  # exactly the v1 layout, so a v1 manifest re-serialises to its own bytes
             del d["index"], d["totals"]
+            for shard in d["shards"]:
+                for group in shard["row_groups"]:
+                    if not group["blake3"]:
+                        del group["blake3"]
         return d
 
     def to_json(self) -> str:

@@ -66,7 +66,7 @@ def _check_locations(manifest: Manifest) -> None:
             raise UpgradeError(f"shards[{i}] ({shard.path}) has no footer location: the dataset "
                                "predates row-group locations; rebuild it with the pipeline")
         for j, g in enumerate(shard.row_groups):
-            if not g.length or not g.sha256:
+            if not g.length or not (g.sha256 or g.blake3):
                 raise UpgradeError(f"shards[{i}].row_groups[{j}] ({shard.path}) has no byte "
                                    "range or checksum; rebuild the dataset with the pipeline")
 

@@ -15,6 +15,7 @@ import torch
 from loaders import build_dataloader
 from loaders.cache import LOW_WATER, ChunkCache, Entry, choose_evictions
 from storage import digest_bytes, read_manifest, resolve, shards_of
+from storage.checksums import piece_key, piece_matches
 
 ROOT = Path(__file__).resolve().parents[2]
 SEQ = 64
@@ -39,11 +40,12 @@ def _same(a: tuple[list[int], torch.Tensor], b: tuple[list[int], torch.Tensor]) 
 
 
 def _used_pieces(dataset: str) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
-    """(digest, length) of the row groups an epoch reads (the index's 128-bit digest: the
-    cache key) and (sha256, length) of their shards' footers."""
+    """(key, length) of the row groups an epoch reads (the index's 128-bit BLAKE3 digest,
+    tagged: the cache key) and (sha256, length) of their shards' footers."""
     groups, footers = [], []
     for shard in shards_of(dataset, read_manifest(dataset)):
-        used = [(g.sha256, g.length) for g in shard.row_groups if g.tokens >= SEQ + 1]
+        used = [(piece_key(g.blake3, "blake3"), g.length) for g in shard.row_groups
+                if g.tokens >= SEQ + 1]
         groups += used
         if used:
             footers.append((shard.footer_sha256, shard.footer_length))
@@ -65,7 +67,7 @@ def _check_directory(cache_dir: Path, limit: int) -> int:
     cache = ChunkCache(cache_dir, limit)
     entries = cache.scan()
     for e in entries:
-        assert digest_bytes(cache.path(e.key).read_bytes()).startswith(e.key)
+        assert piece_matches(e.key, cache.path(e.key).read_bytes())
     assert not list((cache_dir / "tmp").iterdir())
     total = sum(e.size for e in entries)
     assert int((cache_dir / ".size").read_text()) == total <= limit
@@ -148,8 +150,9 @@ def test_a_corrupted_cache_file_is_refetched_not_returned(tiny_dataset: str,
                                                           tmp_path: Path) -> None:
     cache_dir = tmp_path / "cache"
     want = _epoch(_loader(tiny_dataset, cache_dir=cache_dir), 0)
-    sha, length = _used_pieces(tiny_dataset)[0][3]
-    path = cache_dir / sha[:2] / sha
+    key, length = _used_pieces(tiny_dataset)[0][3]
+    assert key.startswith("b3-")  # the pipeline's datasets verify pieces by BLAKE3
+    path = cache_dir / key[3:5] / key
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01
     path.write_bytes(bytes(data))
@@ -159,7 +162,7 @@ def test_a_corrupted_cache_file_is_refetched_not_returned(tiny_dataset: str,
     metrics = fresh.metrics()
     assert metrics["cache_corrupt"] == 1
     assert metrics["row_groups_read"] == 1 and metrics["bytes_read"] == length  # only that one
-    assert digest_bytes(path.read_bytes()).startswith(sha)  # the cache holds a good copy again
+    assert piece_matches(key, path.read_bytes())  # the cache holds a good copy again
 
 
 _SHARER = """

@@ -93,13 +93,13 @@ def test_every_shard_is_the_canonical_encoding_of_its_rows(tiny_dataset: str) ->
         infos.append(info)
     # The index is the canonical index of those shards, under its content-addressed name.
     index = build_index(infos)
-    assert m.index == index_ref(index_name(hashlib.sha256(index).hexdigest()), index)
+    assert m.index == index_ref(index_name(hashlib.sha256(index).hexdigest()), index, "blake3")
     assert (Path(tiny_dataset) / m.index.path).read_bytes() == index
 
 
 def _as_indexed(info: ShardInfo) -> ShardInfo:
-    """A shard as the index keeps it: each row group's digest is its sha256's first 128 bits."""
-    groups = tuple(replace(g, sha256=g.sha256[:32]) for g in info.row_groups)
+    """A shard as the index keeps it: each row group's digest is its BLAKE3's first 128 bits."""
+    groups = tuple(replace(g, blake3=g.blake3[:32]) for g in info.row_groups)
     return replace(info, row_groups=groups)
 
 

@@ -49,7 +49,7 @@ def write_v1(dataset: str) -> Manifest:
     for s in shards_of(dataset, m):
         data = (Path(dataset) / s.path).read_bytes()
         groups = tuple(replace(g, sha256=hashlib.sha256(
-            data[g.offset:g.offset + g.length]).hexdigest()) for g in s.row_groups)
+            data[g.offset:g.offset + g.length]).hexdigest(), blake3="") for g in s.row_groups)
         full.append(replace(s, row_groups=groups))
     v1 = replace(m, shards=tuple(full), format=FORMAT_V1, index=None, totals=None)
     write_manifest(resolve(dataset), v1)
@@ -93,9 +93,18 @@ def test_v1_loads_upgrades_to_the_pipelines_bytes_and_loads_the_same_samples(
     assert storage_main(["upgrade", ds]) == 0
     out = capsys.readouterr().out
     assert f"upgraded {FORMAT_V1} -> {FORMAT_V2}" in out and "shards untouched" in out
-    # The same shards give the same index and manifest as the pipeline wrote.
-    assert (copy / "manifest.json").read_bytes() == v2_bytes
-    assert len(v2_bytes) < len(v1_bytes)
+    # The same manifest as the pipeline wrote, but for the index: a v1 manifest records
+    # SHA-256s of the row groups only, and upgrading never reads the shards, so the index keeps
+    # those (the pipeline now records BLAKE3s: storage.checksums).
+    up_bytes = (copy / "manifest.json").read_bytes()
+    up, pipeline_made = read_manifest(ds), Manifest.from_json(v2_bytes)
+    assert pipeline_made.index.digest == "blake3" and up.index.digest == "sha256"
+    assert ({k: v for k, v in up.to_dict().items() if k != "index"}
+            == {k: v for k, v in pipeline_made.to_dict().items() if k != "index"})
+    storage.index._SHARDS.clear()
+    for shard, old in zip(shards_of(ds, up), v1.shards, strict=True):
+        assert [g.sha256 for g in shard.row_groups] == [g.sha256[:32] for g in old.row_groups]
+    assert len(up_bytes) < len(v1_bytes)
     assert {p: b for p, b in _files(copy).items() if p.startswith("shards/")} == shards_before
     assert {p: (copy / p).stat().st_mtime_ns for p in shards_before} == mtimes
     got = _samples(ds)
@@ -110,7 +119,7 @@ def test_v1_loads_upgrades_to_the_pipelines_bytes_and_loads_the_same_samples(
     # The v1 manifest was recorded before the swap (it had no record): gc protects it.
     store = ReplicaSet.from_urls([ds])
     tags = [v.tag for v in versions]
-    assert tags[-1] == hashlib.sha256(v2_bytes).hexdigest()[:16]
+    assert tags[-1] == hashlib.sha256(up_bytes).hexdigest()[:16]
     assert hashlib.sha256(v1_bytes).hexdigest()[:16] in tags
     report = collect(store, keep=1, now=time.time() + LATER)
     assert not [r for r in report.objects if r.path.startswith(("shards/", "index/"))]
@@ -175,6 +184,8 @@ def test_v2_manifest_fields_are_checked(copy: Path) -> None:
              r"totals\.tokens must be an integer"),
             (lambda d: d["index"].__setitem__("sha256", "xyz"),
              r"index\.sha256 must be 64 lower-case hex"),
+            (lambda d: d["index"].__setitem__("digest", "md5"),
+             r"index\.digest must be one of sha256, blake3, not 'md5'"),
             (lambda d: d.__setitem__("format", "shardflow.dataset/9"), r"expected one of")):
         bad = json.loads(text)
         change(bad)
