@@ -42,6 +42,7 @@ from storage import (
 )
 from storage.checksums import piece_matches
 from storage.clients import read_range
+from storage.index import digest_hex
 
 __all__ = ["RowGroupIndex", "TokenReader"]
 
@@ -231,22 +232,36 @@ class TokenReader:
         #: pieces verified in place in a mapped local shard: decoded from the whole mapping
         mapped: dict[int, mmap.mmap] = {}
         missing = pieces
-        if self.cache is not None:
+        cache = self.cache
+        if cache is not None:
+            # Row groups live in the cache's shard-shaped file, decoded from its mapping like a
+            # local shard; the footer is an entry of its own.
+            placed = cache.shard_key(digest_hex(where.shard_sha256, shard))
             missing = []
             for piece in pieces:
-                data = self.cache.get(piece[2])
-                if data is None:
-                    missing.append(piece)
+                start, end, key, g = piece
+                if g is None:
+                    data = cache.get(key)
+                    if data is not None:
+                        fetched[start] = data
+                        continue
                 else:
-                    fetched[piece[0]] = data
+                    hit = cache.get_placed(placed, size, start, end, key)
+                    if hit is not None:
+                        mapped[start] = hit
+                        continue
+                missing.append(piece)
         for request in _coalesce(sorted(missing), self.hole_bytes):
             got, whole = self._get_verified(path, size, request)
             fetched.update(got)
             if whole is not None:
                 mapped.update((start, whole) for start, *_ in request)
-            if self.cache is not None:
-                for start, _end, key, _g in request:
-                    self.cache.put(key, got[start])
+            if cache is not None:
+                for start, _end, key, g in request:
+                    if g is None:
+                        cache.put(key, got[start])
+                    else:
+                        cache.put_placed(placed, size, start, got[start])
         footer = next((fetched.pop(p[0]) for p in pieces if p[3] is None), None)
         if footer is not None:
             self._meta[shard] = _metadata_from_footer(footer)

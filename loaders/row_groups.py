@@ -42,7 +42,8 @@ from storage.index import (
 @dataclass(frozen=True)
 class Locations:
     """Byte ranges and checksums: per row group ``offset``/``length``/``digest``; per shard
-    ``paths``, ``shard_bytes``, ``footer_length``, ``footer_sha256`` (V32)."""
+    ``paths``, ``shard_bytes``, ``footer_length``, ``footer_sha256`` and ``shard_sha256``
+    (V32; the local cache names a shard's row groups by it)."""
 
     offset: np.ndarray
     length: np.ndarray
@@ -51,6 +52,7 @@ class Locations:
     shard_bytes: np.ndarray
     footer_length: np.ndarray
     footer_sha256: np.ndarray
+    shard_sha256: np.ndarray
     #: what ``digest`` holds: ``blake3`` or ``sha256`` prefixes (``storage.checksums``)
     algorithm: str = SHA256
 
@@ -58,7 +60,7 @@ class Locations:
     def from_columns(cls, cols: dict[str, np.ndarray], algorithm: str = SHA256) -> Locations:
         return cls(cols["offset"], cols["length"], cols["digest"], shard_paths(cols),
                    cols["shard_bytes"], cols["footer_length"], cols["footer_sha256"],
-                   algorithm)
+                   cols["shard_sha256"], algorithm)
 
     def piece(self, g: int) -> tuple[int, int, str]:
         """Row group ``g``'s token column chunk: ``(start, end, key)``; a piece is verified by

@@ -230,8 +230,8 @@ def shard_paths(columns: dict[str, np.ndarray]) -> list[str]:
 WHOLE_OBJECT_BYTES = 4 << 20
 #: the columns a loader needs: the plan (``tokens``), and where each row group and footer is
 LOADER_PLAN_COLUMNS = ("tokens", "first_group")
-LOADER_READ_COLUMNS = ("offset", "length", "digest", "shard_bytes", "footer_length",
-                       "footer_sha256", "path_end", "paths")
+LOADER_READ_COLUMNS = ("offset", "length", "digest", "shard_bytes", "shard_sha256",
+                       "footer_length", "footer_sha256", "path_end", "paths")
 
 
 class PieceCache(Protocol):
