@@ -136,9 +136,49 @@ def _client_readers(bucket, key: str) -> dict:  # type: ignore[no-untyped-def]
                               endpoint_override=endpoint.split("://")[1],
                               scheme=endpoint.split("://")[0], region="us-east-1")
     arrow_file = arrow.open_input_file(path)
-    return {"s3fs": lambda a, b: raw.cat_file(path, start=a, end=b),
-            "obstore": lambda a, b: fast.read_range(path, a, b),
-            "pyarrow": lambda a, b: arrow_file.read_at(b - a, a)}
+    readers = {"s3fs": lambda a, b: raw.cat_file(path, start=a, end=b),
+               "obstore": lambda a, b: fast.read_range(path, a, b),
+               "pyarrow": lambda a, b: arrow_file.read_at(b - a, a)}
+    client = _boto3_client(opts)
+    if client is not None:  # one client, shared by the threads (boto3 clients are thread-safe)
+        readers["boto3"] = lambda a, b: client.get_object(
+            Bucket=bucket.name, Key=key, Range=f"bytes={a}-{b - 1}")["Body"].read()
+    return readers
+
+
+def _boto3_client(opts: dict):  # type: ignore[no-untyped-def]
+    """A boto3 S3 client for the loopback server, or None where boto3 is not installed (it is
+    a peer's dependency, installed by ``make bench-peers``, not ours)."""
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError:
+        return None
+    return boto3.client("s3", aws_access_key_id=opts["key"], aws_secret_access_key=opts["secret"],
+                        endpoint_url=opts["client_kwargs"]["endpoint_url"],
+                        region_name="us-east-1",
+                        config=Config(max_pool_connections=CLIENT_THREADS * 2,
+                                      s3={"addressing_style": "path"}))
+
+
+def _transfer_manager(bucket, key: str, size: int, nbytes: int) -> tuple[float, float] | None:  # type: ignore[no-untyped-def]
+    """The whole object through boto3's transfer manager (``download_fileobj``: concurrent
+    ranged GETs of ``size`` bytes on ``CLIENT_THREADS`` threads): seconds and CPU-seconds."""
+    import io
+
+    client = _boto3_client(bucket.storage_options)
+    if client is None:
+        return None
+    from boto3.s3.transfer import TransferConfig
+
+    config = TransferConfig(multipart_threshold=size, multipart_chunksize=size,
+                            max_concurrency=CLIENT_THREADS, use_threads=True)
+    sink = io.BytesIO()
+    c0, t0 = _cpu(), time.perf_counter()
+    client.download_fileobj(bucket.name, key, sink, Config=config)
+    took = time.perf_counter() - t0, _cpu() - c0
+    assert sink.getbuffer().nbytes == nbytes
+    return took
 
 
 def clients(runs: int, object_mb: int = 128) -> dict:
@@ -168,6 +208,9 @@ def clients(runs: int, object_mb: int = 128) -> dict:
                         got = sum(len(x) for x in pool.map(lambda r, f=read: f(*r), ranges))
                         rows[name].append((time.perf_counter() - t0, _cpu() - c0))
                     assert got == len(data), (name, got)
+                whole = _transfer_manager(bucket, "blob", size, len(data))
+                if whole is not None:
+                    rows.setdefault("boto3 transfer manager (whole object)", []).append(whole)
             gb = len(data) / 1e9
             out["gets"][str(size)] = {
                 name: {"mb_per_s": gb * 1e3 / median([t for t, _ in r]),
@@ -175,7 +218,10 @@ def clients(runs: int, object_mb: int = 128) -> dict:
                 for name, r in rows.items()}
     finally:
         server.stop()
+    import blake3
+
     sums = {"sha256": lambda b: hashlib.sha256(b).digest(),
+            "blake3": lambda b: blake3.blake3(b).digest(),
             "crc32 (zlib)": lambda b: zlib.crc32(b)}
     try:
         import xxhash
@@ -355,14 +401,15 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small and few runs (smoke test)")
     parser.add_argument("--clients", action="store_true",
                         help="only the client comparison: ranged GETs of 512 KiB and 4 MiB "
-                             "through s3fs, obstore and pyarrow, MB/s and CPU-s/GB, and the "
-                             "checksums' CPU-s/GB (storage_read_clients.json)")
+                             "through s3fs, obstore, pyarrow and boto3 (and the whole object "
+                             "through boto3's transfer manager at those part sizes), MB/s and "
+                             "CPU-s/GB, and the checksums' CPU-s/GB (storage_read_clients.json)")
     args = parser.parse_args()
     if args.clients:
         got = clients(3 if not args.quick else 1, 128 if not args.quick else 16)
         for size, row in got["gets"].items():
             for name, r in row.items():
-                print(f"  GET {int(size) >> 10:5} KiB x{CLIENT_THREADS} {name:8} "
+                print(f"  GET {int(size) >> 10:5} KiB x{CLIENT_THREADS} {name:38} "
                       f"{r['mb_per_s']:7.0f} MB/s {r['cpu_s_per_gb']:6.2f} CPU-s/GB")
         for name, r in got["checksums"].items():
             print(f"  {name:14} {r['cpu_s_per_gb']:6.3f} CPU-s/GB")
