@@ -1,6 +1,7 @@
 import hashlib
 import io
 
+import blake3
 import numpy as np
 import pyarrow.parquet as pq
 from hypothesis import given
@@ -36,7 +37,7 @@ def test_encode_shard_is_deterministic_and_readable() -> None:
     got = tokens.documents(table.column("input_ids"), "binary<uint16le>")
     assert all(np.array_equal(a, b) for a, b in zip(ids, got, strict=True))
     for g in groups:  # each row group's token column chunk is located and checksummed
-        assert hashlib.sha256(data1[g.offset:g.offset + g.length]).hexdigest() == g.sha256
+        assert blake3.blake3(data1[g.offset:g.offset + g.length]).hexdigest() == g.blake3
     footer = data1[-info.footer_length:]
     assert footer.endswith(b"PAR1") and hashlib.sha256(footer).hexdigest() == info.footer_sha256
     assert [g.tokens for g in groups] == [
