@@ -10,12 +10,20 @@ with the admitted names is bounded too: the classes are plain data holders, the 
 (``torch.serialization._get_layout``) only looks names up in a table of layouts, and the
 result must be a :class:`~torch.distributed.checkpoint.metadata.Metadata` whose storage
 entries name plain files inside the checkpoint directory.
+
+Memory is bounded before anything is unpickled: CPython's unpickler grows its memo table to
+twice the largest index a ``PUT`` names and zero-fills it, so a 14-byte pickle naming index
+1.5 G asks for ~24 GB (the test suite's fuzzer found this: a flipped bit in a real file got the
+test process OOM-killed). :func:`_check_opcodes` walks the opcodes first (``pickletools``,
+which parses and executes nothing) and admits only memo indices a pickler would write: each
+store takes the next index, each fetch names one already stored.
 """
 
 from __future__ import annotations
 
 import io
 import pickle
+import pickletools
 import re
 from typing import Any
 
@@ -76,6 +84,33 @@ def _check_storage(metadata: Metadata, source: str) -> None:
             raise UnsafeCheckpointError(f"{source}: storage entry with a bad byte range")
 
 
+_STORES = {"PUT", "BINPUT", "LONG_BINPUT"}
+_FETCHES = {"GET", "BINGET", "LONG_BINGET"}
+
+
+def _check_opcodes(data: bytes, source: str) -> None:
+    """Refuse memo indices out of sequence (see the module doc) and anything ``pickletools``
+    cannot parse, before the unpickler allocates for them."""
+    stored = 0
+    try:
+        for op, arg, _pos in pickletools.genops(io.BytesIO(data)):
+            if op.name == "MEMOIZE":
+                stored += 1
+            elif op.name in _STORES:
+                if not isinstance(arg, int) or arg > stored:
+                    raise UnsafeCheckpointError(
+                        f"{source}: memo index {arg} out of sequence (next is {stored}); "
+                        "refusing to load it")
+                stored = max(stored, arg + 1)
+            elif op.name in _FETCHES and (not isinstance(arg, int) or arg >= stored):
+                raise UnsafeCheckpointError(f"{source}: fetches memo index {arg}, never stored")
+    except UnsafeCheckpointError:
+        raise
+    except Exception as exc:  # malformed opcodes or arguments
+        raise UnsafeCheckpointError(f"{source}: unreadable DCP metadata "
+                                    f"({type(exc).__name__}: {exc})"[:500]) from None
+
+
 def load_metadata(data: bytes, source: str = ".metadata") -> Metadata:
     """The :class:`Metadata` in ``data``; :class:`UnsafeCheckpointError` for anything else.
 
@@ -83,6 +118,7 @@ def load_metadata(data: bytes, source: str = ".metadata") -> Metadata:
     types for an admitted class, truncation) comes out as this one error type, naming
     ``source``.
     """
+    _check_opcodes(data, source)
     try:
         metadata = MetadataUnpickler(io.BytesIO(data), source).load()
     except UnsafeCheckpointError:

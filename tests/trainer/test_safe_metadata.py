@@ -29,6 +29,8 @@ from torch.distributed.checkpoint.metadata import Metadata
 from trainer.checkpoint import Checkpointer, CheckpointError, load_checkpoint
 from trainer.safe_metadata import UnsafeCheckpointError, load_metadata
 
+ROOT = Path(__file__).resolve().parents[2]
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -207,3 +209,37 @@ def test_unpickling_plainly_would_have_run_it(tmp_path: Path) -> None:
     pickle.Unpickler(io.BytesIO(_call("torch.distributed.checkpoint.metadata", "os.system",
                                       f"touch {canary}"))).load()
     assert canary.exists()
+
+
+_MEMO_BOMB = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))  # a regression fails, not OOMs
+from trainer.safe_metadata import UnsafeCheckpointError, load_metadata
+try:
+    load_metadata(bytes.fromhex(sys.argv[1]), "ckpt/.metadata")
+except UnsafeCheckpointError as exc:
+    print(exc)
+"""
+
+
+@pytest.mark.parametrize("index", [300_000_000, 1_500_000_000, 2**32 - 1])
+def test_a_memo_index_bomb_is_refused_before_any_allocation(index: int) -> None:
+    """14 bytes that make CPython's unpickler zero-fill a memo table of 2 x index pointers
+    (~24 GB at 1.5 G): found by the fuzz test below, whose process the OOM killer took."""
+    bomb = b"\x80\x04N" + b"r" + index.to_bytes(4, "little") + b"."
+    # First in a process whose address space is capped: should the check regress, this fails
+    # with a MemoryError there instead of the OOM killer taking the test run.
+    out = subprocess.run([sys.executable, "-c", _MEMO_BOMB, bomb.hex()], capture_output=True,
+                         text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert f"ckpt/.metadata: memo index {index} out of sequence" in out.stdout, out.stdout
+    with pytest.raises(UnsafeCheckpointError, match=f"memo index {index} out of sequence"):
+        load_metadata(bomb)
+
+
+def test_fetching_a_memo_entry_never_stored_is_refused(real_metadata: bytes) -> None:
+    with pytest.raises(UnsafeCheckpointError, match="fetches memo index 7, never stored"):
+        load_metadata(b"\x80\x04N" + b"h\x07" + b".")
+    # A real file's memo is in sequence: it still loads.
+    assert isinstance(load_metadata(real_metadata), Metadata)
