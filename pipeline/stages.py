@@ -203,12 +203,13 @@ def phase_two(one: work.PhaseOne, run_key: str, store: ReplicaSet, row_group_tok
     index = one.index
     scratch = work.work_store(store)
     drops = drops_for([picked], index) if picked is not None else np.zeros(0, dtype=DROP)
-    shard, duplicates = None, {}
+    shard, duplicates, same_as = None, {}, None
     if one.shard is not None:
         # Verified on the way: a damaged work file must not become a shard.
         data = scratch.get(work.rows_path(one.key), sha256=one.shard.sha256)
         if not len(drops):
-            shard = named(index, one.shard)
+            # The verified work file itself becomes the shard where the store can link it.
+            shard, same_as = named(index, one.shard), work.rows_path(one.key)
         else:
             table = pq.read_table(io.BytesIO(data))
             keep = np.ones(table.num_rows, dtype=bool)
@@ -221,7 +222,7 @@ def phase_two(one: work.PhaseOne, run_key: str, store: ReplicaSet, row_group_tok
                            if table.num_rows else (b"", None))
         if shard is not None:
             shard = named(index, shard)
-            store.put(shard.path, data)
+            store.put(shard.path, data, same_as=same_as)
     result = work.PhaseTwo(index, shard, duplicates)
     work.put_json(scratch, work.done2_path(run_key, index), work.marker(result))
     return result

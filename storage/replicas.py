@@ -434,13 +434,18 @@ class ReplicaSet:
 
     # -- writes --------------------------------------------------------------------------
 
-    def put(self, relative: str, data: bytes) -> list[str]:
-        """Write to every replica; returns the names of replicas missed (degraded write)."""
+    def put(self, relative: str, data: bytes, same_as: str | None = None) -> list[str]:
+        """Write to every replica; returns the names of replicas missed (degraded write).
+
+        ``same_as``: an object on the primary replica holding exactly ``data``, which the
+        primary may link instead of writing (see :func:`storage.manifest.write_atomic`).
+        """
         results: dict[int, BaseException | None] = {}
 
         def one(replica: Replica) -> None:
             try:
-                self._write_with_retries(replica, relative, data)
+                self._write_with_retries(replica, relative, data,
+                                         same_as if replica.index == 0 else None)
                 results[replica.index] = None
             except Exception as exc:
                 results[replica.index] = exc
@@ -463,7 +468,8 @@ class ReplicaSet:
             self._record_degraded(relative, ok, failed)
         return [r.name for r in failed]
 
-    def _write_with_retries(self, replica: Replica, relative: str, data: bytes) -> None:
+    def _write_with_retries(self, replica: Replica, relative: str, data: bytes,
+                            same_as: str | None = None) -> None:
         """The write side of the policy in :mod:`storage.retry`: throttling is retried with
         back-off, a transient failure (connection refused or reset, HTTP 5xx) once; a timeout is
         not (the replica is hung: waiting for it again only doubles the stall). A PUT to an
@@ -473,7 +479,7 @@ class ReplicaSet:
         loc = _with_write_deadline(replica.loc, len(data))
         for attempt in range(self.throttle_retries + 2):
             try:
-                write_atomic(loc, relative, data)
+                write_atomic(loc, relative, data, same_as)
                 return
             except Exception as exc:
                 kind = classify(exc)

@@ -17,3 +17,50 @@ def test_task_arguments_keep_storage_options_out_of_their_repr() -> None:
     for text in (repr(params), str(params), repr(hidden), repr((1, hidden, params))):
         assert SECRET not in text and "AKIDEXAMPLE" not in text
     assert params.storage_options == options and hidden.value == options  # still delivered
+
+
+def _phase_one_of_a_small_partition(tmp_path):  # noqa: ANN001, ANN202
+    import json
+
+    from pipeline import tokenizing, work
+    from pipeline.discovery import discover
+    from pipeline.plan import plan_partitions
+    from pipeline.stages import phase_one
+    from storage import ReplicaSet, tokenizer_name
+
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text("".join(json.dumps({"text": f"document {i} says something"}) + "\n"
+                           for i in range(50)))
+    (part,) = plan_partitions(discover([str(raw)]), 1 << 20)
+    tok = tokenizing.gpt2()
+    store = ReplicaSet.from_urls([str(tmp_path / "ds")])
+    store.put(tokenizer_name(tok.sha256), tok.json.encode())
+    params = StageParams(ReadOptions(), CleaningConfig(), True, False, (128, 16, 5), tok.sha256,
+                         tok.vocab_size, tok.eos_id, 1024, 256 * 1024, False, {})
+    one = phase_one(part, "k0", store, params)
+    return store, one, tmp_path / "ds" / work.rows_path("k0")
+
+
+def test_phase_two_links_a_shard_that_lost_no_rows(tmp_path) -> None:  # noqa: ANN001
+    from pipeline.stages import phase_two
+
+    store, one, rows = _phase_one_of_a_small_partition(tmp_path)
+    two = phase_two(one, "run", store, 256 * 1024, 50257)
+    shard = tmp_path / "ds" / two.shard.path
+    assert shard.read_bytes() == rows.read_bytes()
+    assert shard.stat().st_ino == rows.stat().st_ino  # linked, not written a second time
+
+
+def test_phase_two_refuses_a_damaged_work_file(tmp_path) -> None:  # noqa: ANN001
+    import pytest
+
+    from pipeline.stages import phase_two
+    from storage import ReplicaError
+
+    store, one, rows = _phase_one_of_a_small_partition(tmp_path)
+    data = bytearray(rows.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    rows.write_bytes(bytes(data))
+    with pytest.raises(ReplicaError, match="checksum"):
+        phase_two(one, "run", store, 256 * 1024, 50257)
+    assert not list((tmp_path / "ds").glob("shards/*"))  # nothing damaged became a shard

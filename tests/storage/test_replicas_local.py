@@ -272,3 +272,26 @@ def test_backoff_is_full_jitter_under_a_growing_cap() -> None:
         ceiling = min(1.0, 0.1 * 2 ** attempt)
         assert all(0 <= d <= ceiling for d in delays)
         assert max(delays) > 0.8 * ceiling  # spread over the whole range, not fixed
+
+
+def test_put_same_as_links_on_the_primary_and_writes_the_other_replicas(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    data = b"rows of a finished shard" * 100
+    (a / "_work").mkdir(parents=True)
+    (a / "_work" / "rows").write_bytes(data)
+    store = ReplicaSet.from_urls([str(a), str(b)])
+    assert store.put("shards/s.parquet", data, same_as="_work/rows") == []
+    linked, written = a / "shards" / "s.parquet", b / "shards" / "s.parquet"
+    assert linked.read_bytes() == data == written.read_bytes()
+    assert linked.stat().st_ino == (a / "_work" / "rows").stat().st_ino  # no second copy
+    assert written.stat().st_nlink == 1
+    (a / "_work" / "rows").unlink()  # removing the work files leaves the shard whole
+    assert linked.read_bytes() == data
+    assert not list(a.glob("shards/.tmp-*")) and not list(b.glob("shards/.tmp-*"))
+
+
+def test_put_same_as_writes_the_bytes_when_the_source_cannot_be_linked(tmp_path: Path) -> None:
+    store = ReplicaSet.from_urls([str(tmp_path)])
+    store.put("shards/s.parquet", b"the bytes", same_as="_work/missing")
+    assert (tmp_path / "shards" / "s.parquet").read_bytes() == b"the bytes"
+    assert not list(tmp_path.glob("shards/.tmp-*"))
