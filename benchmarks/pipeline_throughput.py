@@ -11,6 +11,10 @@ that dedup keeps it, and measures tokens/s of, each in a fresh child process:
 * ``pipeline_N``: ``python -m pipeline``'s job end to end with N workers (cluster start
   included), with its default encoder (the exact fast path, ``pipeline/fast_bpe.py``);
   ``pipeline_hf_N``: the same with ``SHARDFLOW_TOKENIZER_ENGINE=hf`` (HF ``tokenizers``);
+* ``phase1_plain_N`` (on the ``--scale-mb`` corpus, beside ``pipeline_1`` and ``pipeline_N``):
+  the pipeline's phase-1 tasks over the same partitions in N plain processes, without Dask,
+  cluster start, dedup or commit; its 1 -> N speedup is what the cores give this work, the
+  ceiling for the pipeline's own;
 * ``datatrove``: its ``JsonlReader`` → Shardflow's cleaning → its exact dedup (3 stages) →
   ``DocumentTokenizer``, N tasks on N processes (``benchmarks/peers/datatrove_job.py``);
 * ``ray_data``: ``read_json`` → ``map_batches`` (cleaning + tokenize) → ``write_parquet``,
@@ -197,6 +201,51 @@ def child_pipeline(files: list[Path], workers: int) -> dict:
         shutil.rmtree(out, ignore_errors=True)
 
 
+def _phase_one_task(args: tuple) -> int:
+    from pipeline.stages import phase_one
+
+    part, store, params = args
+    return phase_one(part, f"plain-{part.index:05d}", store, params).tokens
+
+
+def child_phase1_plain(files: list[Path], procs: int) -> dict:
+    """The pipeline's phase 1 (parse, clean, dedup keys, tokenize, write) over the same
+    partitions in ``procs`` plain processes: no Dask, no cluster start, no dedup or commit.
+    Its 1 -> N speedup is what this machine gives this work, the ceiling for the pipeline's."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from dataclasses import replace
+
+    from pipeline import tokenizing
+    from pipeline.config import PipelineConfig
+    from pipeline.discovery import discover
+    from pipeline.plan import auto_partition_bytes, plan_partitions
+    from pipeline.stages import StageParams
+    from storage import tokenizer_name
+
+    out = Path(tempfile.mkdtemp(prefix="bench-p1-"))
+    try:
+        cfg = PipelineConfig(inputs=[str(f) for f in files], output=str(out), workers=procs)
+        found = discover(cfg.inputs)
+        cfg = replace(cfg, partition_bytes=auto_partition_bytes(sum(f.size for f in found)))
+        parts = plan_partitions(found, cfg.partition_bytes)
+        tok = tokenizing.load(cfg.tokenizer, cfg.eos_token)
+        store = cfg.output_store()
+        store.put(tokenizer_name(tok.sha256), tok.json.encode("utf-8"))
+        params = StageParams(cfg.read_options, cfg.cleaning, cfg.dedup == "exact",
+                             cfg.near_dup, (cfg.minhash_perms, cfg.minhash_bands,
+                                            cfg.shingle_words), tok.sha256, tok.vocab_size,
+                             tok.eos_id, cfg.encode_batch_docs, cfg.row_group_tokens,
+                             cfg.strict, cfg.storage_options)
+        with ProcessPoolExecutor(procs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            list(pool.map(time.sleep, [0.05] * procs))  # started before the clock
+            t = time.perf_counter()
+            n = sum(pool.map(_phase_one_task, [(p, store, params) for p in parts]))
+            return {"seconds": time.perf_counter() - t, "tokens": n}
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def child_hf(files: list[Path], procs: int) -> dict:
     import datasets
     from tokenizers import Tokenizer
@@ -277,6 +326,7 @@ def _child_main(argv: list[str]) -> None:
               "bare_fastokens": lambda: child_bare_fastokens(files),
               "bare_tiktoken": lambda: child_bare_tiktoken(files, arg),
               "pipeline": lambda: child_pipeline(files, arg),
+              "phase1_plain": lambda: child_phase1_plain(files, arg),
               "datatrove": lambda: child_peer("datatrove", files, arg),
               "ray": lambda: child_peer("ray", files, arg),
               "hf": lambda: child_hf(files, arg), "pandas": lambda: child_pandas(files)}[method]()
@@ -409,11 +459,11 @@ def main() -> int:
         print(f"scaling corpus: {sum(f.stat().st_size for f in big) / 1e6:.0f} MB, "
               f"{big_docs:,} documents")
         for r in range(runs):
-            for w in (1, cores):
-                res = run_child_with(sys.executable, [*me, "pipeline", str(w), *map(str, big)],
+            for method, w in [(m, w) for m in ("pipeline", "phase1_plain") for w in (1, cores)]:
+                res = run_child_with(sys.executable, [*me, method, str(w), *map(str, big)],
                                      1, {"SHARDFLOW_TOKENIZER_ENGINE": "auto"})
-                scale.setdefault(f"pipeline_{w}", []).append(res)
-                print(f"run {r + 1}/{runs} large pipeline_{w} "
+                scale.setdefault(f"{method}_{w}", []).append(res)
+                print(f"run {r + 1}/{runs} large {method}_{w} "
                       f"{res['tokens'] / res['seconds'] / 1e6:6.2f} Mtok/s "
                       f"({res['seconds']:.1f} s)", flush=True)
     tokens = raw["bare"][0]["tokens"]
@@ -437,6 +487,10 @@ def main() -> int:
             "speedup_1_to_n_workers": t[top] / t["pipeline_1"],
             "speedup_1_to_n_workers_large": median([x["seconds"] for x in sc["pipeline_1"]])
             / median([x["seconds"] for x in sc[top]]) if sc else None,
+            # the same phase-1 tasks in plain processes: what the cores give, the ceiling
+            "speedup_1_to_n_phase1_plain_large":
+            median([x["seconds"] for x in sc["phase1_plain_1"]])
+            / median([x["seconds"] for x in sc[f"phase1_plain_{cores}"]]) if sc else None,
             "pipeline_fast_vs_hf_encoder": t[top] / t[f"pipeline_hf_{cores}"],
             "fastokens_vs_bare": t["bare_fastokens"] / t["bare"],
             "tiktoken_vs_bare": t["bare_tiktoken"] / t["bare"] if "bare_tiktoken" in t
@@ -462,7 +516,9 @@ def main() -> int:
                        "writing; ray_data does no dedup (Ray Data has no such step); "
                        "bare_fastokens runs on one thread (it has no pool), bare and "
                        "bare_tiktoken on all cores"}
-    name = "pipeline_throughput_quick" if args.quick else "pipeline_throughput"
+    # a run without the peers keeps its own file: the README's peer ratios come from a full run
+    name = ("pipeline_throughput_quick" if args.quick else
+            "pipeline_throughput_no_peers" if args.skip_peers else "pipeline_throughput")
     path = write_results(name, results)
     plot(results, RESULTS / f"{name}.png")
     print(f"{'ratio':32s} {'of medians':>10s} {'within runs':>12s}")
