@@ -173,7 +173,7 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams) -> w
     shard = None
     if doc_ids:
         # Written as the final shard: most partitions lose no row to dedup, and theirs is
-        # then only copied into place by phase 2.
+        # then only verified and linked (or copied) into place by phase 2.
         dtype = tokens.token_dtype(p.vocab_size)
         data, shard = encode_table(shard_table(doc_ids, tokens.pack(ln, vals, dtype)), dtype,
                                    p.row_group_tokens)
@@ -192,7 +192,8 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams) -> w
 
 def phase_two(one: work.PhaseOne, run_key: str, store: ReplicaSet, row_group_tokens: int,
               vocab_size: int, picked: np.ndarray | None = None) -> work.PhaseTwo:
-    """The partition's final shard: phase 1's, copied, or re-encoded without its duplicates.
+    """The partition's final shard: phase 1's, linked or copied, or re-encoded without its
+    duplicates.
 
     ``picked``: this partition's drops from every dedup bucket (``shuffle.pick``); a document
     condemned by several buckets (exact and near) is dropped once, as its first kind.
