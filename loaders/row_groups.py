@@ -111,9 +111,10 @@ class RowGroupIndex:
         v1 manifest's inline shards."""
         encoding = manifest.schema.get("input_ids", tokens.LEGACY_LIST)
         if manifest.index is None:
-            cols = read_index(build_index(manifest.shards))
+            digest = digest_algorithm(manifest.shards)
+            cols = read_index(build_index(manifest.shards, digest))
             return cls(cols["tokens"], cols["first_group"], encoding,
-                       Locations.from_columns(cols, digest_algorithm(manifest.shards)))
+                       Locations.from_columns(cols, digest))
         cols = fetch_columns(store, manifest.index, LOADER_PLAN_COLUMNS, cache)
         check_counts(manifest, cols)
         return cls(cols["tokens"], cols["first_group"], encoding, None, manifest, cache)

@@ -25,7 +25,6 @@ from typing import IO
 
 import blake3
 
-ALGORITHM = "sha256"
 #: the row-group piece digest of datasets written now; ``SHA256`` for older ones
 PIECE_DIGEST = "blake3"
 SHA256 = "sha256"
@@ -67,7 +66,5 @@ def piece_key(digest_hex: str, algorithm: str) -> str:
 
 def piece_matches(key: str, data: bytes | memoryview) -> bool:
     """Does ``data`` hash to ``key`` (a :func:`piece_key`: prefix of the digest it names)?"""
-    if key.startswith(_B3):
-        want = key[len(_B3):]
-        return bool(want) and blake3_hex(data)[:len(want)] == want
-    return bool(key) and hashlib.sha256(data).hexdigest()[:len(key)] == key
+    algorithm, want = (PIECE_DIGEST, key[len(_B3):]) if key.startswith(_B3) else (SHA256, key)
+    return bool(want) and piece_digest(data, algorithm)[:len(want)] == want

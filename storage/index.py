@@ -112,11 +112,12 @@ def digest_algorithm(shards: Sequence[Any]) -> str:
     return PIECE_DIGEST if groups and all(g.blake3 for g in groups) else SHA256
 
 
-def build_index(shards: Sequence[Any]) -> bytes:
+def build_index(shards: Sequence[Any], digest: str | None = None) -> bytes:
     """The index of ``shards`` (``storage.manifest.ShardInfo``, in manifest order); its
-    ``digest`` column holds :func:`digest_algorithm`'s digests."""
+    ``digest`` column holds the row groups' ``digest`` digests (default: what
+    :func:`digest_algorithm` finds; callers that record it pass it, so it is found once)."""
     groups = [g for s in shards for g in s.row_groups]
-    digest = digest_algorithm(shards)
+    digest = digest or digest_algorithm(shards)
     paths = [s.path.encode() for s in shards]
     counts = np.array([len(s.row_groups) for s in shards], dtype=np.uint64)
     columns = {
@@ -244,9 +245,9 @@ class PieceCache(Protocol):
 
 def encode(shards: Sequence[ShardInfo]) -> tuple[bytes, IndexRef]:
     """The index object of ``shards`` and the reference a manifest records for it."""
-    data = build_index(shards)
-    return data, index_ref(index_name(hashlib.sha256(data).hexdigest()), data,
-                           digest_algorithm(shards))
+    digest = digest_algorithm(shards)
+    data = build_index(shards, digest)
+    return data, index_ref(index_name(hashlib.sha256(data).hexdigest()), data, digest)
 
 
 def with_index(manifest: Manifest, shards: Sequence[ShardInfo], ref: IndexRef) -> Manifest:
