@@ -6,8 +6,9 @@ that dedup keeps it, and measures tokens/s of, each in a fresh child process:
 
 * ``bare``: HF ``Tokenizer.encode_batch_fast`` over the same texts with all cores (rayon
   threads), no I/O; ``bare_fastokens`` and ``bare_tiktoken``: the candidate fast encoders
-  alone on the same texts (fastokens on one thread: it has no pool; tiktoken with a thread per
-  core), each with a checksum of its ids so that exactness against HF is checked here too;
+  alone on the same texts (fastokens on one thread, ``FASTOKENS_BPE_THREADS=1``; tiktoken
+  with a thread per core), each with a checksum of its ids so that exactness against HF is
+  checked here too;
 * ``pipeline_N``: ``python -m pipeline``'s job end to end with N workers (cluster start
   included), with its default encoder (the exact fast path, ``pipeline/fast_bpe.py``);
   ``pipeline_hf_N``: the same with ``SHARDFLOW_TOKENIZER_ENGINE=hf`` (HF ``tokenizers``);
@@ -352,6 +353,7 @@ def run_child_with(python: Path | str, args: list[str], threads: int,
                    env: dict[str, str] | None = None) -> dict:
     """``bench_utils.run_child`` with a chosen interpreter and extra environment."""
     full = {**os.environ, "RAYON_NUM_THREADS": str(threads), "OMP_NUM_THREADS": "1",
+            "FASTOKENS_BPE_THREADS": str(threads),
             "TOKENIZERS_PARALLELISM": "true", "PYTHONPATH": str(ROOT), **(env or {})}
     load = os.getloadavg()[0]
     out = subprocess.run([str(python), *args], env=full, capture_output=True, text=True,
@@ -514,7 +516,7 @@ def main() -> int:
                "note": "tokens = GPT-2 tokens of the corpus without EOS (the same figure for "
                        "every method); wall times include cluster/executor start, dedup, "
                        "writing; ray_data does no dedup (Ray Data has no such step); "
-                       "bare_fastokens runs on one thread (it has no pool), bare and "
+                       "bare_fastokens runs on one thread (FASTOKENS_BPE_THREADS=1), bare and "
                        "bare_tiktoken on all cores"}
     # a run without the peers keeps its own file: the README's peer ratios come from a full run
     name = ("pipeline_throughput_quick" if args.quick else
