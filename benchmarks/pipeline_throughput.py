@@ -37,12 +37,14 @@ import importlib.util
 import json
 import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -356,13 +358,17 @@ def run_child_with(python: Path | str, args: list[str], threads: int,
             "FASTOKENS_BPE_THREADS": str(threads),
             "TOKENIZERS_PARALLELISM": "true", "PYTHONPATH": str(ROOT), **(env or {})}
     load = os.getloadavg()[0]
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run([str(python), *args], env=full, capture_output=True, text=True,
                          cwd=ROOT, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"{args[:3]} failed:\n{out.stderr[-3000:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     # the machine is shared: the 1-minute load average before and after says how much
-    # of it others were using while this ran
-    return {**json.loads(out.stdout.strip().splitlines()[-1]),
+    # of it others were using while this ran; cpu_s (user + system of the child and the
+    # processes it waited for, Dask workers included) shows what the work itself took
+    cpu = (after.ru_utime - used.ru_utime) + (after.ru_stime - used.ru_stime)
+    return {**json.loads(out.stdout.strip().splitlines()[-1]), "cpu_s": round(cpu, 2),
             "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2)}
 
 
@@ -377,6 +383,24 @@ def _kind(name: str) -> str:
     return "peer" if name in ("datatrove", "ray_data") else "other"
 
 
+def _plot_scaling(ax: Any, scaling: dict[str, list[dict]], results: dict) -> None:
+    """Wall seconds (median, with the runs' range) of 1 and N workers or plain processes."""
+    names = list(scaling)
+    mids = [median([x["seconds"] for x in scaling[n]]) for n in names]
+    lows = [m - min(x["seconds"] for x in scaling[n]) for n, m in zip(names, mids, strict=True)]
+    highs = [max(x["seconds"] for x in scaling[n]) - m for n, m in zip(names, mids, strict=True)]
+    ax.bar(names, mids, yerr=[lows, highs], capsize=4,
+           color=["#3a7" if n.startswith("pipeline") else "#999" for n in names])
+    for i, v in enumerate(mids):
+        ax.text(i, v, f"{v:.1f}", ha="left", va="bottom")
+    r = results["ratios"]
+    ax.set_title(f"{results['scaling_corpus_mb']} MB: 1->N workers "
+                 f"{r['speedup_1_to_n_workers_large']:.2f}x, plain phase 1 "
+                 f"{r['speedup_1_to_n_phase1_plain_large']:.2f}x")
+    ax.set_ylabel("seconds (median, range of runs)")
+    ax.tick_params(axis="x", labelrotation=25)
+
+
 def plot(results: dict, path: Path) -> None:
     import matplotlib
 
@@ -385,7 +409,12 @@ def plot(results: dict, path: Path) -> None:
 
     names = list(results["tokens_per_s"])
     values = [results["tokens_per_s"][n] / 1e6 for n in names]
-    fig, ax = plt.subplots(figsize=(10, 4.5))
+    scaling = results.get("scaling_raw") or {}
+    fig, axes = plt.subplots(1, 2 if scaling else 1, figsize=(15 if scaling else 10, 4.5),
+                             gridspec_kw={"width_ratios": [2, 1]} if scaling else None)
+    ax = axes[0] if scaling else axes
+    if scaling:
+        _plot_scaling(axes[1], scaling, results)
     ax.bar(names, values, color=[COLORS[_kind(n)] for n in names])
     ax.set_yscale("log")
     ax.set_ylabel("Mtokens/s (median, log scale)")
@@ -424,10 +453,10 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3, help="runs per method (median)")
     ap.add_argument("--skip-peers", action="store_true", help="skip datatrove and Ray Data")
     ap.add_argument("--extra", action="store_true", help="also HF datasets and pandas")
-    ap.add_argument("--scale-mb", type=int, default=300,
+    ap.add_argument("--scale-mb", type=int, default=1024,
                     help="also time the pipeline alone with 1 and N workers on a corpus this "
-                         "large, where its fixed costs (cluster start, commit) weigh less; "
-                         "0: skip")
+                         "large, where its fixed costs (cluster and worker start, the dedup "
+                         "barrier, commit) weigh less, as on a real corpus; 0: skip")
     args = ap.parse_args()
     mb, runs = (5, 1) if args.quick else (args.mb, args.runs)
     cores = os.cpu_count() or 1
@@ -467,7 +496,7 @@ def main() -> int:
                 scale.setdefault(f"{method}_{w}", []).append(res)
                 print(f"run {r + 1}/{runs} large {method}_{w} "
                       f"{res['tokens'] / res['seconds'] / 1e6:6.2f} Mtok/s "
-                      f"({res['seconds']:.1f} s)", flush=True)
+                      f"({res['seconds']:.1f} s, {res['cpu_s']:.1f} CPU-s)", flush=True)
     tokens = raw["bare"][0]["tokens"]
     tps = {n: median([tokens / x["seconds"] for x in v]) for n, v in raw.items()}
     # the same work: every method that writes tokens wrote the same number (EOS included)
@@ -493,6 +522,11 @@ def main() -> int:
             "speedup_1_to_n_phase1_plain_large":
             median([x["seconds"] for x in sc["phase1_plain_1"]])
             / median([x["seconds"] for x in sc[f"phase1_plain_{cores}"]]) if sc else None,
+            # CPU-s of N workers over 1 for the same work: above 1, cores slowed each other
+            # (shared caches, other tenants) or per-worker costs (start, encoder) repeated
+            "cpu_n_over_1_large": median([x["cpu_s"] for x in sc[top]])
+            / median([x["cpu_s"] for x in sc["pipeline_1"]])
+            if sc and all("cpu_s" in x for x in sc[top] + sc["pipeline_1"]) else None,
             "pipeline_fast_vs_hf_encoder": t[top] / t[f"pipeline_hf_{cores}"],
             "fastokens_vs_bare": t["bare_fastokens"] / t["bare"],
             "tiktoken_vs_bare": t["bare_tiktoken"] / t["bare"] if "bare_tiktoken" in t
