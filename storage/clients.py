@@ -27,6 +27,7 @@ so 503 is throttling and 500 transient); a timeout ``TimeoutError``; a failed co
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
@@ -52,6 +53,29 @@ _HTTP_KIND = re.compile(r"HttpError \{\s*kind: (\w+)")
 #: runtime is process-global and does not survive ``fork``: a forked child (a DataLoader worker)
 #: that calls it hangs. So a child forked after obstore started reads through s3fs instead.
 _RUNTIME_PID: int | None = None
+
+#: obstore stores shared by every copy of a filesystem in this process, by bucket and settings:
+#: a Dask task's arguments are unpickled afresh for each task, and a store per copy cost ~9 ms
+#: and a new connection pool each time. The pid in the key keeps a forked child off its
+#: parent's stores (their runtime threads are not in the child).
+_STORES: dict[tuple[int, str, str], Any] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def _shared_store(bucket: str, settings: dict[str, Any]) -> Any:
+    key = (os.getpid(), bucket, json.dumps(settings, sort_keys=True, default=repr))
+    store = _STORES.get(key)
+    if store is None:
+        from obstore.store import S3Store
+
+        with _STORES_LOCK:
+            store = _STORES.get(key)
+            if store is None:
+                store = S3Store(bucket, config=settings["config"],
+                                client_options=settings["client_options"],
+                                retry_config={"max_retries": 0})
+                _STORES[key] = store
+    return store
 _FORKED_AFTER_RUNTIME = False
 
 
@@ -192,8 +216,12 @@ class ObstoreS3FileSystem:
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
+        # Without the s3fs instance: the copy takes its process's own from fsspec's instance
+        # cache. Kept, it looked inherited from another process to the copy (whose pid
+        # differs), which then built a fresh s3fs and S3 client, ~0.2-0.7 s, for every
+        # unpickling: every Dask task of a pipeline writing to S3 paid it.
         state = self.__dict__.copy()
-        state.update(_stores={}, _lock=None, _pid=None)
+        state.update(_stores={}, _lock=None, _pid=None, _fs=None, _fs_pid=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -235,15 +263,7 @@ class ObstoreS3FileSystem:
             self._stores, self._pid = {}, pid
         store = self._stores.get(bucket)
         if store is None:
-            from obstore.store import S3Store
-
-            with self._lock:
-                store = self._stores.get(bucket)
-                if store is None:
-                    store = S3Store(bucket, config=self._settings["config"],
-                                    client_options=self._settings["client_options"],
-                                    retry_config={"max_retries": 0})
-                    self._stores[bucket] = store
+            store = self._stores[bucket] = _shared_store(bucket, self._settings)
         return store
 
     @staticmethod
