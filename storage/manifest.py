@@ -370,8 +370,10 @@ def write_atomic(loc: Location, relative: str, data: bytes, same_as: str | None 
     ``same_as``: another object at ``loc`` known to hold exactly ``data`` (the caller verified
     it). On a local filesystem the new name is then a hard link to it, renamed into place the
     same way: no second copy of the bytes written and synced (a pipeline's phase 2 moves every
-    shard that lost no row to dedup this way). Where links are refused (another device, a
-    filesystem without them) the bytes are written as usual.
+    shard that lost no row to dedup this way). On an object store it is a server-side copy
+    (S3 ``CopyObject``), atomic like a PUT, so the bytes do not travel through this process a
+    second time. Where links or copies are refused (another device, a filesystem without
+    them, a store without a copy call, a missing source) the bytes are written as usual.
     """
     path = loc.path(relative)
     if loc.is_local:
@@ -392,7 +394,30 @@ def write_atomic(loc: Location, relative: str, data: bytes, same_as: str | None 
                 os.unlink(tmp)
             raise
     else:
+        if same_as is not None and _copy_in_store(loc, loc.path(same_as), path):
+            return
         loc.fs.pipe_file(path, data)
+
+
+def _copy_in_store(loc: Location, source: str, path: str) -> bool:
+    """Copy ``source`` to ``path`` inside the store; False where the store cannot.
+
+    A refused copy (no such call, a store without ``CopyObject``, a missing source) lets the
+    caller write the bytes instead. A timed-out, throttled or otherwise transient one is
+    raised, as a failed PUT would be, for the caller's retry policy: a hung server would only
+    hang the PUT as well (the copy's ``HEAD`` alone can use up a read timeout).
+    """
+    from storage.retry import PERMANENT, classify
+
+    try:
+        loc.fs.cp_file(source, path)
+    except (NotImplementedError, AttributeError):
+        return False
+    except OSError as exc:
+        if classify(exc) != PERMANENT:
+            raise
+        return False
+    return True
 
 
 def _link_atomic(source: str, path: str, directory: str) -> bool:

@@ -114,6 +114,16 @@ class _WriteDeadline:
             raise TimeoutError(f"write of {len(data):,} bytes to {path} not done in "
                                f"{self._seconds:.1f} s (cancelled)") from exc
 
+    def cp_file(self, source: str, path: str, **kwargs: Any) -> Any:
+        """A server-side copy, under the same deadline as writing the bytes would have."""
+        from fsspec.exceptions import FSTimeoutError
+
+        try:
+            return self._fs.cp_file(source, path, timeout=self._seconds, **kwargs)
+        except FSTimeoutError as exc:
+            raise TimeoutError(f"copy of {source} to {path} not done in "
+                               f"{self._seconds:.1f} s (cancelled)") from exc
+
 
 def _with_write_deadline(loc: Location, nbytes: int) -> Location:
     from fsspec.asyn import AsyncFileSystem

@@ -77,6 +77,27 @@ def test_round_trip_pipeline_to_loader_through_s3(s3_bucket, tmp_path: Path) -> 
     assert got == want and len(got[0]) > 100
 
 
+def test_put_same_as_copies_inside_the_store(s3_buckets) -> None:
+    """Phase 2's move of a shard that lost no row: a server-side copy on the primary (the
+    bytes do not travel again), the bytes on the other replica, the bytes where the source
+    is missing."""
+    urls = [f"{b.url}/ds" for b in s3_buckets]
+    opts = [b.storage_options for b in s3_buckets]
+    primary = resolve(urls[0], opts[0])
+    stored = secrets.token_bytes(300_000)
+    primary.fs.pipe_file(primary.path("_work/rows"), stored)
+    store = ReplicaSet.from_urls(urls, replica_options=opts)
+    # The contract is that the caller's bytes equal the source's; breaking it here shows
+    # which path ran: the primary's object is the source's bytes, so it was copied there.
+    passed = secrets.token_bytes(1_000)
+    assert store.put("shards/s.parquet", passed, same_as="_work/rows") == []
+    assert primary.fs.cat_file(primary.path("shards/s.parquet")) == stored
+    other = resolve(urls[1], opts[1])
+    assert other.fs.cat_file(other.path("shards/s.parquet")) == passed
+    store.put("shards/t.parquet", passed, same_as="_work/missing")
+    assert primary.fs.cat_file(primary.path("shards/t.parquet")) == passed
+
+
 def test_inspect_with_credentials_from_the_environment(s3_bucket) -> None:
     url = f"{s3_bucket.url}/ds"
     run(_cfg(url, s3_bucket.storage_options), progress=False)
@@ -317,12 +338,18 @@ def test_verify_reads_and_writes_on_a_hung_endpoint_fail_in_seconds(pair, tiny_d
         with pytest.raises(QuorumError, match="Timeout"):
             ReplicaSet.from_urls(urls[:1], replica_options=opts[:1]).put("blob", blob)
         write = time.monotonic() - t0
+        t0 = time.monotonic()  # a server-side copy (phase 2's move) has the same deadline
+        with pytest.raises(QuorumError, match="Timeout"):
+            ReplicaSet.from_urls(urls[:1], replica_options=opts[:1]).put(
+                "copied", b"x", same_as="manifest.json")
+        copy = time.monotonic() - t0
     finally:
         _resume(pair[0])
     assert in_process < 10, in_process
     assert out.returncode == 2 and "ReadTimeout" in out.stderr, out.stderr
     assert cli < 15, cli
     assert write < write_deadline_s(len(blob)) + 3, write
+    assert copy < write_deadline_s(1) + 3, copy
 
 
 def test_first_read_after_sigkill_of_the_primary_fails_over_fast(pair, tiny_dataset) -> None:
