@@ -105,24 +105,22 @@ class _WriteDeadline:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._fs, name)
 
-    def pipe_file(self, path: str, data: bytes, **kwargs: Any) -> Any:
+    def _bounded(self, what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         from fsspec.exceptions import FSTimeoutError
 
         try:
-            return self._fs.pipe_file(path, data, timeout=self._seconds, **kwargs)
+            return call(*args, timeout=self._seconds, **kwargs)
         except FSTimeoutError as exc:
-            raise TimeoutError(f"write of {len(data):,} bytes to {path} not done in "
-                               f"{self._seconds:.1f} s (cancelled)") from exc
+            raise TimeoutError(f"{what} not done in {self._seconds:.1f} s (cancelled)") from exc
+
+    def pipe_file(self, path: str, data: bytes, **kwargs: Any) -> Any:
+        return self._bounded(f"write of {len(data):,} bytes to {path}", self._fs.pipe_file,
+                             path, data, **kwargs)
 
     def cp_file(self, source: str, path: str, **kwargs: Any) -> Any:
         """A server-side copy, under the same deadline as writing the bytes would have."""
-        from fsspec.exceptions import FSTimeoutError
-
-        try:
-            return self._fs.cp_file(source, path, timeout=self._seconds, **kwargs)
-        except FSTimeoutError as exc:
-            raise TimeoutError(f"copy of {source} to {path} not done in "
-                               f"{self._seconds:.1f} s (cancelled)") from exc
+        return self._bounded(f"copy of {source} to {path}", self._fs.cp_file, source, path,
+                             **kwargs)
 
 
 def _with_write_deadline(loc: Location, nbytes: int) -> Location:
