@@ -53,6 +53,7 @@ _HTTP_KIND = re.compile(r"HttpError \{\s*kind: (\w+)")
 #: runtime is process-global and does not survive ``fork``: a forked child (a DataLoader worker)
 #: that calls it hangs. So a child forked after obstore started reads through s3fs instead.
 _RUNTIME_PID: int | None = None
+_FORKED_AFTER_RUNTIME = False
 
 #: obstore stores shared by every copy of a filesystem in this process, by bucket and settings:
 #: a Dask task's arguments are unpickled afresh for each task, and a store per copy cost ~9 ms
@@ -76,7 +77,6 @@ def _shared_store(bucket: str, settings: dict[str, Any]) -> Any:
                                 retry_config={"max_retries": 0})
                 _STORES[key] = store
     return store
-_FORKED_AFTER_RUNTIME = False
 
 
 def _after_fork_in_child() -> None:

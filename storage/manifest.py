@@ -28,6 +28,7 @@ from typing import Any
 from storage.checksums import PIECE_ALGORITHMS, SHA256
 from storage.fields import FieldError, Fields
 from storage.layout import MANIFEST, UnsafePathError, safe_relative
+from storage.retry import PERMANENT, classify
 from storage.urls import Location, resolve
 
 FORMAT_V1 = "shardflow.dataset/1"
@@ -402,16 +403,15 @@ def write_atomic(loc: Location, relative: str, data: bytes, same_as: str | None 
 def _copy_in_store(loc: Location, source: str, path: str) -> bool:
     """Copy ``source`` to ``path`` inside the store; False where the store cannot.
 
-    A refused copy (no such call, a store without ``CopyObject``, a missing source) lets the
-    caller write the bytes instead. A timed-out, throttled or otherwise transient one is
-    raised, as a failed PUT would be, for the caller's retry policy: a hung server would only
-    hang the PUT as well (the copy's ``HEAD`` alone can use up a read timeout).
+    A refused copy (a filesystem without one, a store without ``CopyObject``, a missing
+    source) lets the caller write the bytes instead. A timed-out, throttled or otherwise
+    transient one is raised, as a failed PUT would be, for the caller's retry policy: a hung
+    server would only hang the PUT as well (the copy's ``HEAD`` alone can use up a read
+    timeout).
     """
-    from storage.retry import PERMANENT, classify
-
     try:
         loc.fs.cp_file(source, path)
-    except (NotImplementedError, AttributeError):
+    except NotImplementedError:  # fsspec's default cp_file
         return False
     except OSError as exc:
         if classify(exc) != PERMANENT:

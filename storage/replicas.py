@@ -446,7 +446,8 @@ class ReplicaSet:
         """Write to every replica; returns the names of replicas missed (degraded write).
 
         ``same_as``: an object on the primary replica holding exactly ``data``, which the
-        primary may link instead of writing (see :func:`storage.manifest.write_atomic`).
+        primary may link or copy inside the store instead of writing the bytes (see
+        :func:`storage.manifest.write_atomic`).
         """
         results: dict[int, BaseException | None] = {}
 
