@@ -41,7 +41,7 @@ from pipeline import shuffle, tokenizing, work
 from pipeline.cluster import dask_client
 from pipeline.config import PipelineConfig
 from pipeline.discovery import default_corpus, discover
-from pipeline.plan import Partition, auto_partition_bytes, plan_partitions
+from pipeline.plan import Partition, auto_partition_bytes, plan_partitions, task_groups
 from pipeline.progress import ProgressBar
 from pipeline.records import StrictModeError
 from pipeline.shards import schema_description
@@ -50,6 +50,7 @@ from pipeline.stages import (
     StageParams,
     phase_one,
     phase_two,
+    phase_two_each,
     sample_texts,
 )
 from storage import (
@@ -176,8 +177,8 @@ def _markers(scratch: ReplicaSet, paths: list[str]) -> list[dict[str, Any] | Non
 
 
 def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
-             tok: tokenizing.TokenizerSpec, parts: list[Partition],
-             bar: ProgressBar) -> tuple[list[work.PhaseOne], list[work.PhaseTwo], int]:
+             tok: tokenizing.TokenizerSpec, parts: list[Partition], bar: ProgressBar,
+             workers: int) -> tuple[list[work.PhaseOne], list[work.PhaseTwo], int]:
     salt = json.dumps([cfg.for_manifest(), tok.sha256], sort_keys=True)
     keys = [p.key(salt) for p in parts]
     rkey = work.run_key(keys)
@@ -202,45 +203,53 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
                          client.submit(phase_one, p, k, store, params,
                                        key=f"phase1-{p.index:05d}-{tag}", **opts))
     todo2 = [p for p, d in zip(parts, done2, strict=True) if d is None]
-    twos: dict[int, work.PhaseTwo | Future] = {
+    twos: dict[int, work.PhaseTwo] = {
         p.index: work.PhaseTwo.from_dict(d) for p, d in zip(parts, done2, strict=True) if d}
 
     bar.update(sum(1 for d in done1 if d) + len(twos))
     drops: dict[int, np.ndarray] = {}
     if (cfg.dedup == "exact" or cfg.near_dup) and todo2:
         # Waits for every phase 1: duplicates are known only once every key is.
-        drops = _dedup(client, cfg, store, parts, keys, rkey, ones, bar, tag, opts)
-    for p in todo2:
-        picked = (client.submit(shuffle.pick, store, rkey, drops[p.index],
-                                key=f"pick-{p.index:05d}-{tag}", **opts)
-                  if p.index in drops else None)
-        # Phase 1's result (or its future: Dask passes the result) carries the shard to copy.
-        twos[p.index] = client.submit(phase_two, ones[p.index], rkey, store,
-                                      cfg.row_group_tokens, tok.vocab_size, picked,
-                                      key=f"phase2-{p.index:05d}-{tag}", **opts)
-    _collect([f for f in (*ones.values(), *twos.values()) if isinstance(f, Future)],
-             ones, twos, bar)
+        drops = _dedup(client, cfg, store, parts, keys, rkey, ones, bar, tag, opts, workers)
+    # Phase 1's result (or its future: Dask passes the result) carries the shard to copy.
+    pending: list[Future] = []
+    for p in (p for p in todo2 if p.index in drops):  # re-encoded without duplicates
+        picked = client.submit(shuffle.pick, store, rkey, drops[p.index],
+                               key=f"pick-{p.index:05d}-{tag}", **opts)
+        pending.append(client.submit(phase_two, ones[p.index], rkey, store,
+                                     cfg.row_group_tokens, tok.vocab_size, picked,
+                                     key=f"phase2-{p.index:05d}-{tag}", **opts))
+    kept = [p for p in todo2 if p.index not in drops]  # linked or copied: several to a task
+    pending += [client.submit(phase_two_each, [ones[p.index] for p in kept[lo:hi]], rkey, store,
+                              cfg.row_group_tokens, tok.vocab_size,
+                              key=f"phase2-{kept[lo].index:05d}-{kept[hi - 1].index:05d}-{tag}",
+                              **opts)
+                for lo, hi in task_groups(len(kept), workers)]
+    _collect([f for f in ones.values() if isinstance(f, Future)] + pending, ones, twos, bar)
     resumed = sum(1 for d in done1 if d)
     return list(ones.values()), list(twos.values()), resumed  # type: ignore[return-value]
 
 
 def _collect(futures: list[Future], ones: dict[int, Any], twos: dict[int, Any],
              bar: ProgressBar) -> None:
-    """Wait for phase-1 and phase-2 results, replacing their futures; stop on a strict error."""
+    """Wait for phase-1 and phase-2 results (a phase-2 task may return several), filling
+    ``ones`` and ``twos`` by partition; stop on a strict error."""
     for fut in as_completed(futures):
         result = fut.result()
-        if isinstance(result, work.PhaseOne) and result.error:
-            raise StrictModeError(result.error)
-        bar.update(1, result.tokens if isinstance(result, work.PhaseOne) else 0)
         if isinstance(result, work.PhaseOne):
+            if result.error:
+                raise StrictModeError(result.error)
             ones[result.index] = result
-        else:
-            twos[result.index] = result
+            bar.update(1, result.tokens)
+            continue
+        for two in result if isinstance(result, list) else [result]:
+            twos[two.index] = two
+        bar.update(len(result) if isinstance(result, list) else 1)
 
 
 def _dedup(client: Client, cfg: PipelineConfig, store: ReplicaSet, parts: list[Partition],
            keys: list[str], rkey: str, ones: dict[int, Any], bar: ProgressBar,
-           tag: str, opts: dict[str, Any]) -> dict[int, np.ndarray]:
+           tag: str, opts: dict[str, Any], workers: int) -> dict[int, np.ndarray]:
     """The dedup shuffle (see :mod:`pipeline.shuffle`): ``{partition: its drop ranges}``.
 
     Waits for every phase 1 first: their row counts size the buckets (``BUCKET_KEYS`` each).
@@ -251,10 +260,11 @@ def _dedup(client: Client, cfg: PipelineConfig, store: ReplicaSet, parts: list[P
     per_doc = (cfg.dedup == "exact") + (cfg.minhash_bands if cfg.near_dup else 0)
     total_keys = per_doc * sum(r.rows for r in ones.values())
     buckets = cfg.dedup_buckets or max(1, min(MAX_BUCKETS, math.ceil(total_keys / BUCKET_KEYS)))
-    counted = [client.submit(shuffle.bucket_keys, store, k, p.index, buckets,
-                             key=f"bucket-keys-{p.index:05d}-{tag}", **opts)
-               for p, k in zip(parts, keys, strict=True)]
-    per_key = np.stack(client.gather(counted))  # [partition, bucket]
+    counted = [client.submit(shuffle.bucket_keys_of, store, keys[lo:hi],
+                             [p.index for p in parts[lo:hi]], buckets,
+                             key=f"bucket-keys-{lo:05d}-{hi - 1:05d}-{tag}", **opts)
+               for lo, hi in task_groups(len(parts), workers)]
+    per_key = np.concatenate(client.gather(counted))  # [partition, bucket]
     del counted
     names = np.array(keys)
     starts = shuffle.starts_of(per_key, axis=1)
@@ -315,7 +325,7 @@ def run(cfg: PipelineConfig, log: TextIO | None = None, progress: bool = True) -
         print(f"tokenizer: {tok.name} (vocab {tok.vocab_size}, eos {tok.eos_token!r})", file=log)
         store.put(tokenizer_name(tok.sha256), tok.json.encode("utf-8"))
         bar = ProgressBar(2 * len(parts), label="tasks", enabled=progress, stream=log)
-        ones, twos, resumed = _execute(client, cfg, store, tok, parts, bar)
+        ones, twos, resumed = _execute(client, cfg, store, tok, parts, bar, max(1, n))
 
     listed = build_manifest(cfg, tok, ones, twos)
     # The row-group index goes before the swap (content-addressed: a rerun rewrites the same

@@ -24,6 +24,8 @@ SPLITTABLE = ("jsonl", "txt")
 AUTO_PARTITIONS = 64
 AUTO_MIN_BYTES = 1 << 20
 AUTO_MAX_BYTES = 16 << 20
+#: at most this many partitions to one task of the job's tail (see :func:`task_groups`)
+TAIL_GROUP_MAX = 64
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,22 @@ def auto_partition_bytes(total_bytes: int) -> int:
     the same whatever the cluster.
     """
     return min(AUTO_MAX_BYTES, max(AUTO_MIN_BYTES, math.ceil(total_bytes / AUTO_PARTITIONS)))
+
+
+def task_groups(n: int, workers: int) -> list[tuple[int, int]]:
+    """Consecutive ``[lo, hi)`` groups of ``n`` cheap per-partition steps, one Dask task each.
+
+    The job's tail (counting a partition's dedup keys by bucket, linking or copying a shard that
+    lost no row) takes milliseconds a partition, about what a Dask task costs the driver and a
+    worker: one task each doubled the tail and put three tasks per partition on the scheduler.
+    About four groups per worker keep every worker busy to the end; at most
+    :data:`TAIL_GROUP_MAX` partitions each bound what a retried task redoes. The grouping only
+    schedules: every step's result is the same whichever group ran it.
+    """
+    if n <= 0:
+        return []
+    size = min(TAIL_GROUP_MAX, max(1, math.ceil(n / (4 * max(1, workers)))))
+    return byte_ranges(n, size)
 
 
 def byte_ranges(size: int, target_bytes: int) -> list[tuple[int, int]]:

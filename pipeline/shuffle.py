@@ -3,8 +3,9 @@ keys, and Dask holds nothing between tasks but counts.
 
 Phase 1 leaves each partition's dedup keys under ``_work/``. Then:
 
-1. ``bucket_keys`` (per partition) rewrites them ordered by bucket (``k0 % buckets``) and
-   returns how many fall in each bucket; the driver turns the counts into entry ranges.
+1. ``bucket_keys`` (per partition, several to a task) rewrites them ordered by bucket
+   (``k0 % buckets``) and returns how many fall in each bucket; the driver turns the counts
+   into entry ranges.
 2. ``resolve_bucket`` (per bucket) reads its range of every partition's file, decides the
    duplicates (:func:`pipeline.dedup.resolve`), writes them ordered by partition, and returns
    how many each partition has.
@@ -62,6 +63,14 @@ def bucket_keys(store: ReplicaSet, key: str, index: int, buckets: int) -> np.nda
     scratch.put(keys_by_bucket_path(key, buckets),
                 arr[np.argsort(which, kind="stable")].tobytes())
     return np.bincount(which, minlength=buckets).astype(np.int64)
+
+
+def bucket_keys_of(store: ReplicaSet, keys: list[str], indices: list[int],
+                   buckets: int) -> np.ndarray:
+    """:func:`bucket_keys` for several partitions, one after another, in one task: a
+    ``[partition, bucket]`` count matrix (see :func:`pipeline.plan.task_groups`)."""
+    return np.stack([bucket_keys(store, k, i, buckets)
+                     for k, i in zip(keys, indices, strict=True)])
 
 
 def resolve_bucket(store: ReplicaSet, run_key: str, bucket: int, buckets: int,

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -16,7 +19,7 @@ from pipeline.cleaning import Cleaner
 from pipeline.config import PipelineConfig
 from pipeline.discovery import discover
 from pipeline.job import run
-from pipeline.plan import plan_partitions
+from pipeline.plan import plan_partitions, task_groups
 from pipeline.readers import ReadOptions, read_partition
 from pipeline.records import Document
 from pipeline.shards import encode_table
@@ -121,11 +124,39 @@ def test_output_is_the_cleaned_first_occurrences_in_order(tiny_dataset: str,
     assert messy == ["Caf\u00e9 au lait, served hot.\nsecond line with a bell", "The end."]
 
 
+def _recording_tasks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The keys of the tasks that the job's (real) cluster runs, from Dask's task stream."""
+    from distributed import get_task_stream
+
+    import pipeline.job
+
+    keys: list[str] = []
+    real = pipeline.job.dask_client
+
+    @contextlib.contextmanager
+    def recording(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        with real(*args, **kwargs) as client, get_task_stream(client) as stream:
+            yield client
+        keys.extend(str(t["key"]) for t in stream.data)
+
+    monkeypatch.setattr(pipeline.job, "dask_client", recording)
+    return keys
+
+
 def test_rerun_with_other_worker_count_is_byte_identical(
-        tiny_dataset: str, corpus_dir: Path, tmp_path: Path) -> None:
+        tiny_dataset: str, corpus_dir: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = _cfg([str(corpus_dir / "*.txt")], tmp_path / "again", row_group_tokens=8192,
                partition_bytes=40_000, dedup_buckets=3)  # other partitions: other shards
+    ran = _recording_tasks(monkeypatch)
     run(cfg, progress=False)
+    # The tail's cheap steps go a group of partitions to a task (one worker here).
+    parts = read_manifest(str(tmp_path / "again")).stats["partitions"]
+    reencoded = sum(k.startswith("pick-") for k in ran)
+    assert sum(k.startswith("phase1-") for k in ran) == parts >= 8
+    assert sum(k.startswith("bucket-keys-") for k in ran) == len(task_groups(parts, 1)) < parts
+    assert sum(k.startswith("phase2-") for k in ran) == \
+        reencoded + len(task_groups(parts - reencoded, 1))
     assert read_manifest(str(tmp_path / "again")).total_tokens == \
         read_manifest(tiny_dataset).total_tokens
     assert [t for _, t in decoded(str(tmp_path / "again"))] == \

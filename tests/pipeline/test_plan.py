@@ -12,11 +12,13 @@ from pipeline.plan import (
     AUTO_MAX_BYTES,
     AUTO_MIN_BYTES,
     AUTO_PARTITIONS,
+    TAIL_GROUP_MAX,
     Partition,
     auto_partition_bytes,
     byte_ranges,
     plan_partitions,
     row_group_ranges,
+    task_groups,
 )
 from pipeline.readers import ReadOptions
 from pipeline.readers import text as text_reader
@@ -105,3 +107,15 @@ def test_auto_partition_size_is_bounded_and_gives_enough_partitions(total: int) 
         assert parts == AUTO_PARTITIONS  # enough tasks to keep every worker busy to the end
     elif total > AUTO_MAX_BYTES * AUTO_PARTITIONS:
         assert parts > AUTO_PARTITIONS
+
+
+@given(st.integers(0, 20_000), st.integers(1, 2_000))
+def test_task_groups_tile_the_partitions_and_keep_every_worker_busy(n: int, workers: int) -> None:
+    groups = task_groups(n, workers)
+    assert [i for lo, hi in groups for i in range(lo, hi)] == list(range(n))
+    sizes = [hi - lo for lo, hi in groups]
+    assert all(1 <= s <= TAIL_GROUP_MAX for s in sizes)
+    assert max(sizes, default=0) - min(sizes, default=0) <= 1
+    assert len(groups) >= min(n, 2 * workers)  # every worker gets two tasks where it can
+    if n >= 8 * workers * TAIL_GROUP_MAX:
+        assert len(groups) <= 2 * n // TAIL_GROUP_MAX  # far fewer tasks than partitions

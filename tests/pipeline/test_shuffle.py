@@ -10,17 +10,22 @@ from hypothesis import strategies as st
 
 from pipeline import shuffle, work
 from pipeline.dedup import KIND_EXACT, content_key, drops_for, entries, resolve
+from pipeline.plan import task_groups
 from storage import ReplicaSet
 
 
-def _run(store: ReplicaSet, docs: list[list[int]], buckets: int) -> list[np.ndarray]:
-    """bucket_keys → resolve_bucket → pick, the way the driver chains them."""
+def _run(store: ReplicaSet, docs: list[list[int]], buckets: int,
+         workers: int = 1) -> list[np.ndarray]:
+    """bucket_keys → resolve_bucket → pick, the way the driver chains them (the keys counted
+    a group of partitions to a task, as for ``workers``)."""
     keys = [f"k{i}" for i in range(len(docs))]
     for key, vals in zip(keys, docs, strict=True):
         work.save_array(store, work.keys_path(key),
                         entries([content_key(str(v)) for v in vals], list(range(len(vals))),
                                 [KIND_EXACT] * len(vals)))
-    per_key = np.stack([shuffle.bucket_keys(store, k, i, buckets) for i, k in enumerate(keys)])
+    per_key = np.concatenate([shuffle.bucket_keys_of(store, keys[lo:hi], list(range(lo, hi)),
+                                                     buckets)
+                              for lo, hi in task_groups(len(keys), workers)])
     starts = shuffle.starts_of(per_key, axis=1)
     per_drop = np.stack([shuffle.resolve_bucket(store, "run", b, buckets, np.array(keys),
                                                 starts[:, b], per_key[:, b])
@@ -36,12 +41,12 @@ def _run(store: ReplicaSet, docs: list[list[int]], buckets: int) -> list[np.ndar
 
 @settings(max_examples=40)
 @given(st.lists(st.lists(st.integers(0, 12), max_size=20), min_size=1, max_size=6),
-       st.integers(1, 9))
+       st.integers(1, 9), st.integers(1, 3))
 def test_shuffle_through_the_store_finds_the_same_drops(tmp_path_factory, docs: list[list[int]],
-                                                        buckets: int) -> None:
+                                                        buckets: int, workers: int) -> None:
     root: Path = tmp_path_factory.mktemp("shuffle")
     store = ReplicaSet.from_urls([str(root)])
-    picked = _run(store, docs, buckets)
+    picked = _run(store, docs, buckets, workers)
     everything = resolve(np.concatenate([
         entries([content_key(str(v)) for v in vals], list(range(len(vals))),
                 [KIND_EXACT] * len(vals), part) for part, vals in enumerate(docs)]))
