@@ -65,7 +65,7 @@ class PipelineConfig:
     minhash_bands: int = _f(16, "LSH bands; perms/bands rows each (near-dup)")
     shingle_words: int = _f(5, "words per shingle (near-dup)")
     dedup_buckets: int = _f(0, "hash buckets for the dedup shuffle (0: one per 512 Ki keys, "
-                            "i.e. ~50 MiB of worker memory); never changes the result",
+                            "~50 MiB of worker memory, at most 4096); never changes the result",
                             manifest=False)
     # -- tokenizer ---------------------------------------------------------------------------
     tokenizer: str = _f("gpt2", "'gpt2', a tokenizer.json path, or train:VOCAB to train a "

@@ -15,15 +15,15 @@ crash redoes only what has no marker, and produces the same bytes.
 Memory: a worker runs one task at a time and holds at most ``B0 + C + k x partition_bytes``
 in phase 1 or 2 (B0 the idle worker, ~190 MiB with GPT-2; C ~64 MiB for the read block and one
 encode batch; k ~3-5: ~9 bytes per token and ~270 per document of the partition), or B0 plus
-one dedup bucket (~100 bytes x ``BUCKET_KEYS`` keys) during the shuffle, whatever the input
-size. Only counts and small results reach the driver. Details and exceptions (unsplittable
-compressed and CSV files): README, "Worker memory"; checked by tests/pipeline/test_memory.py.
+one dedup bucket or key group (~100 bytes x ``shuffle.TASK_KEYS`` keys; more beyond 2 Gi keys,
+see ``shuffle.sizes``) during the shuffle, whatever the input size. Only counts and small
+results reach the driver. Details and exceptions (unsplittable compressed and CSV files):
+README, "Worker memory"; checked by tests/pipeline/test_memory.py.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 import uuid
@@ -34,7 +34,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, TextIO, TypeVar
 
-import numpy as np
 from distributed import Client, Future, as_completed
 
 from pipeline import shuffle, tokenizing, work
@@ -64,11 +63,6 @@ from storage import (
     tokenizer_name,
     tokens,
 )
-
-#: dedup buckets: one per this many keys (a bucket's task holds ~100 bytes per key: ~50 MiB),
-#: at most MAX_BUCKETS (each bucket's task reads a slice of every partition's key file)
-BUCKET_KEYS = 1 << 19
-MAX_BUCKETS = 512
 
 
 @dataclass
@@ -207,18 +201,15 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
         p.index: work.PhaseTwo.from_dict(d) for p, d in zip(parts, done2, strict=True) if d}
 
     bar.update(sum(1 for d in done1 if d) + len(twos))
-    drops: dict[int, np.ndarray] = {}
+    drops: dict[int, shuffle.DropRange] = {}
     if (cfg.dedup == "exact" or cfg.near_dup) and todo2:
         # Waits for every phase 1: duplicates are known only once every key is.
-        drops = _dedup(client, cfg, store, parts, keys, rkey, ones, bar, tag, opts, workers)
+        drops = _dedup(client, cfg, store, parts, keys, rkey, ones, bar, tag, opts)
     # Phase 1's result (or its future: Dask passes the result) carries the shard to copy.
-    pending: list[Future] = []
-    for p in (p for p in todo2 if p.index in drops):  # re-encoded without duplicates
-        picked = client.submit(shuffle.pick, store, rkey, drops[p.index],
-                               key=f"pick-{p.index:05d}-{tag}", **opts)
-        pending.append(client.submit(phase_two, ones[p.index], rkey, store,
-                                     cfg.row_group_tokens, tok.vocab_size, picked,
-                                     key=f"phase2-{p.index:05d}-{tag}", **opts))
+    pending = [client.submit(phase_two, ones[p.index], rkey, store, cfg.row_group_tokens,
+                             tok.vocab_size, drops[p.index],
+                             key=f"phase2-{p.index:05d}-{tag}", **opts)
+               for p in todo2 if p.index in drops]  # re-encoded without their duplicates
     kept = [p for p in todo2 if p.index not in drops]  # linked or copied: several to a task
     pending += [client.submit(phase_two_each, [ones[p.index] for p in kept[lo:hi]], rkey, store,
                               cfg.row_group_tokens, tok.vocab_size,
@@ -249,36 +240,23 @@ def _collect(futures: list[Future], ones: dict[int, Any], twos: dict[int, Any],
 
 def _dedup(client: Client, cfg: PipelineConfig, store: ReplicaSet, parts: list[Partition],
            keys: list[str], rkey: str, ones: dict[int, Any], bar: ProgressBar,
-           tag: str, opts: dict[str, Any], workers: int) -> dict[int, np.ndarray]:
-    """The dedup shuffle (see :mod:`pipeline.shuffle`): ``{partition: its drop ranges}``.
+           tag: str, opts: dict[str, Any]) -> dict[int, shuffle.DropRange]:
+    """The dedup shuffle (see :mod:`pipeline.shuffle`): where each partition's drops lie.
 
-    Waits for every phase 1 first: their row counts size the buckets (``BUCKET_KEYS`` each).
-    Only counts come back to the driver: a partition x bucket matrix of keys, then one of
-    drops. Keys and drops stay in ``_work/``, so no worker ever holds the whole input's.
+    Waits for every phase 1 first: their row counts size the buckets and the key groups
+    (:func:`pipeline.shuffle.sizes`). Only counts come back to the driver: a group x bucket
+    matrix of keys, a bucket x group one of drops, then a count per partition. Keys and drops
+    stay in ``_work/``, so no worker ever holds the whole input's.
     """
     _collect([f for f in ones.values() if isinstance(f, Future)], ones, {}, bar)
     per_doc = (cfg.dedup == "exact") + (cfg.minhash_bands if cfg.near_dup else 0)
-    total_keys = per_doc * sum(r.rows for r in ones.values())
-    buckets = cfg.dedup_buckets or max(1, min(MAX_BUCKETS, math.ceil(total_keys / BUCKET_KEYS)))
-    counted = [client.submit(shuffle.bucket_keys_of, store, keys[lo:hi],
-                             [p.index for p in parts[lo:hi]], buckets,
-                             key=f"bucket-keys-{lo:05d}-{hi - 1:05d}-{tag}", **opts)
-               for lo, hi in task_groups(len(parts), workers)]
-    per_key = np.concatenate(client.gather(counted))  # [partition, bucket]
-    del counted
-    names = np.array(keys)
-    starts = shuffle.starts_of(per_key, axis=1)
-    resolved = [client.submit(shuffle.resolve_bucket, store, rkey, b, buckets, names,
-                              starts[:, b], per_key[:, b], key=f"bucket-{b}-{tag}", **opts)
-                for b in range(buckets)]
-    per_drop = np.stack(client.gather(resolved))  # [bucket, partition]
-    del resolved
-    first = shuffle.starts_of(per_drop, axis=1)
-    out: dict[int, np.ndarray] = {}
-    for i in np.flatnonzero(per_drop.sum(axis=0)):
-        bs = np.flatnonzero(per_drop[:, i])
-        out[int(i)] = np.stack([bs, first[bs, i], first[bs, i] + per_drop[bs, i]], axis=1)
-    return out
+
+    def on_dask(name: str, fn: Callable[..., Any], args: list[tuple[Any, ...]]) -> list[Any]:
+        return client.gather([client.submit(fn, *a, key=f"{name}-{i:07d}-{tag}", **opts)
+                              for i, a in enumerate(args)])
+
+    return shuffle.run(on_dask, store, rkey, keys,
+                       [per_doc * ones[p.index].rows for p in parts], cfg.dedup_buckets).drops
 
 
 T = TypeVar("T")

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline import tokenizing, work
+from pipeline import shuffle, tokenizing, work
 from pipeline.cleaning import Cleaner, CleaningConfig
 from pipeline.dedup import (
     DROP,
@@ -191,19 +191,21 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams) -> w
 
 
 def phase_two(one: work.PhaseOne, run_key: str, store: ReplicaSet, row_group_tokens: int,
-              vocab_size: int, picked: np.ndarray | None = None) -> work.PhaseTwo:
+              vocab_size: int, picked: shuffle.DropRange | None = None) -> work.PhaseTwo:
     """The partition's final shard: phase 1's, linked or copied, or re-encoded without its
     duplicates.
 
-    ``picked``: this partition's drops from every dedup bucket (``shuffle.pick``); a document
-    condemned by several buckets (exact and near) is dropped once, as its first kind.
+    ``picked``: where this partition's drops lie (:func:`pipeline.shuffle.pick` reads them,
+    merged across dedup buckets: a document condemned by several, exact and near, is dropped
+    once, as its first kind).
 
     Either way the bytes are what encoding the surviving rows gives, so they do not depend on
     whether a partition lost rows in this run or in which order things happened.
     """
     index = one.index
     scratch = work.work_store(store)
-    drops = drops_for([picked], index) if picked is not None else np.zeros(0, dtype=DROP)
+    drops = (drops_for([shuffle.pick(store, picked)], index) if picked is not None
+             else np.zeros(0, dtype=DROP))
     shard, duplicates, same_as = None, {}, None
     if one.shard is not None:
         # Verified on the way: a damaged work file must not become a shard.

@@ -2,13 +2,13 @@
 
 Exact dedup keys a document by a 128-bit hash of its cleaned text; near-dup (MinHash LSH)
 adds one key per band of its MinHash signature. Keys are shuffled into buckets by hash on the
-Dask workers (see ``pipeline.dedup_graph``); in each bucket, among the documents that share a
+Dask workers (see ``pipeline.shuffle``); in each bucket, among the documents that share a
 key, the one with the smallest ``(partition, position)`` survives — a rule that names the same
 survivor whatever the number of workers, buckets or retries.
 """
 
 from pipeline.dedup.keys import ENTRY, KIND_EXACT, KIND_NEAR, MinHasher, content_key, entries
-from pipeline.dedup.resolve import DROP, drops_for, resolve, split_by_bucket
+from pipeline.dedup.resolve import DROP, drops_for, merge_drops, resolve, split_by_bucket
 
 __all__ = ["DROP", "ENTRY", "KIND_EXACT", "KIND_NEAR", "MinHasher", "content_key", "drops_for",
-           "entries", "resolve", "split_by_bucket"]
+           "entries", "merge_drops", "resolve", "split_by_bucket"]

@@ -33,25 +33,20 @@ def resolve(entries: np.ndarray) -> np.ndarray:
     # a document never condemns itself (identical band keys within one document)
     same[1:] &= (e["part"][1:] != e["part"][:-1]) | (e["pos"][1:] != e["pos"][:-1])
     d = e[same]
-    if len(d) == 0:
-        return np.zeros(0, dtype=DROP)
-    order = np.lexsort((d["kind"], d["pos"], d["part"]))
-    d = d[order]
-    first = np.ones(len(d), dtype=bool)
-    first[1:] = (d["part"][1:] != d["part"][:-1]) | (d["pos"][1:] != d["pos"][:-1])
-    d = d[first]
     out = np.zeros(len(d), dtype=DROP)
     out["part"], out["pos"], out["kind"] = d["part"], d["pos"], d["kind"]
-    return out
+    return merge_drops(out)
+
+
+def merge_drops(drops: np.ndarray) -> np.ndarray:
+    """One row per condemned document, sorted by (part, pos), with its smallest kind."""
+    d = drops[np.lexsort((drops["kind"], drops["pos"], drops["part"]))]
+    first = np.ones(len(d), dtype=bool)
+    first[1:] = (d["part"][1:] != d["part"][:-1]) | (d["pos"][1:] != d["pos"][:-1])
+    return d[first]
 
 
 def drops_for(drops: list[np.ndarray], part: int) -> np.ndarray:
     """The drops of one partition from several buckets' results, merged (min kind wins)."""
     mine = [d[d["part"] == part] for d in drops]
-    merged = np.concatenate(mine) if mine else np.zeros(0, dtype=DROP)
-    if len(merged) == 0:
-        return merged
-    merged = merged[np.lexsort((merged["kind"], merged["pos"]))]
-    first = np.ones(len(merged), dtype=bool)
-    first[1:] = merged["pos"][1:] != merged["pos"][:-1]
-    return merged[first]
+    return merge_drops(np.concatenate(mine) if mine else np.zeros(0, dtype=DROP))
