@@ -72,8 +72,8 @@ def auto_partition_bytes(total_bytes: int) -> int:
 def task_groups(n: int, workers: int) -> list[tuple[int, int]]:
     """Consecutive ``[lo, hi)`` groups of ``n`` cheap per-partition steps, one Dask task each.
 
-    The job's tail (counting a partition's dedup keys by bucket, linking or copying a shard that
-    lost no row) takes milliseconds a partition, about what a Dask task costs the driver and a
+    The job's tail (linking or copying a shard that lost no row; the dedup shuffle has its own
+    key groups) takes milliseconds a partition, about what a Dask task costs the driver and a
     worker: one task each doubled the tail and put three tasks per partition on the scheduler.
     About four groups per worker keep every worker busy to the end; at most
     :data:`TAIL_GROUP_MAX` partitions each bound what a retried task redoes. The grouping only
