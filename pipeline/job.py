@@ -165,11 +165,6 @@ def _named(shard: dict[str, Any] | None, index: int) -> bool:
         return False
 
 
-def _markers(scratch: ReplicaSet, paths: list[str]) -> list[dict[str, Any] | None]:
-    with ThreadPoolExecutor(8) as pool:
-        return list(pool.map(lambda p: work.get_json(scratch, p), paths))
-
-
 def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
              tok: tokenizing.TokenizerSpec, parts: list[Partition], bar: ProgressBar,
              workers: int) -> tuple[list[work.PhaseOne], list[work.PhaseTwo], int]:
@@ -179,10 +174,10 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
     scratch = work.work_store(store)
     # A phase-1 marker with rows but no shard entry is from an older version: redo it.
     done1 = [d if d and (d.get("shard") or not d.get("rows")) else None
-             for d in _markers(scratch, [work.done1_path(k) for k in keys])]
+             for d in work.markers(scratch, [work.done1_path(k) for k in keys])]
     # So is a phase-2 marker whose shard is not under its content-addressed name.
     done2 = [d if d and _named(d.get("shard"), p.index) else None
-             for p, d in zip(parts, _markers(scratch, [work.done2_path(rkey, p.index)
+             for p, d in zip(parts, work.markers(scratch, [work.done2_path(rkey, p.index)
                                                        for p in parts]), strict=True)]
     params = StageParams(cfg.read_options, cfg.cleaning, cfg.dedup == "exact", cfg.near_dup,
                          (cfg.minhash_perms, cfg.minhash_bands, cfg.shingle_words), tok.sha256,

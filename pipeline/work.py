@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -100,6 +101,41 @@ def get_json(store: ReplicaSet, relative: str) -> dict[str, Any] | None:
         return None
     except OSError:
         return None
+
+
+def markers(store: ReplicaSet, paths: list[str]) -> list[dict[str, Any] | None]:
+    """The markers at ``paths`` (``None`` where absent), reading only those that exist.
+
+    Their folders are listed once first: a fresh run of 3 M partitions would otherwise send
+    6 M GETs for markers that are not there (hours at ~10 ms each through 8 threads) before
+    its first task; listing takes one call per 1,000 names on S3. Where a folder cannot be
+    listed, every marker in it is read.
+    """
+    asked: dict[str, set[str]] = {}
+    for p in paths:
+        folder, _, name = p.rpartition("/")
+        asked.setdefault(folder, set()).add(name)
+    loc = store.replicas[0].loc
+    present: dict[str, set[str] | None] = {}
+    for folder, names in asked.items():
+        try:
+            loc.fs.invalidate_cache(loc.path(folder))
+            listed = loc.fs.ls(loc.path(folder), detail=False)
+            present[folder] = names & {n.rstrip("/").rpartition("/")[2] for n in listed}
+        except FileNotFoundError:
+            present[folder] = set()
+        except Exception:  # noqa: BLE001 - not listable (permissions, a store without LIST)
+            present[folder] = None
+
+    def wanted(path: str) -> bool:
+        folder, _, name = path.rpartition("/")
+        names = present[folder]
+        return names is None or name in names
+
+    todo = [p for p in paths if wanted(p)]
+    with ThreadPoolExecutor(8) as pool:
+        found = dict(zip(todo, pool.map(lambda p: get_json(store, p), todo), strict=True))
+    return [found.get(p) for p in paths]
 
 
 def marker(obj: PhaseOne | PhaseTwo) -> dict[str, Any]:

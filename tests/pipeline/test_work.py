@@ -1,0 +1,67 @@
+"""Work markers: a resumed run finds what is done; a fresh one reads nothing to learn that."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline import work
+from storage import ReplicaSet
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The markers that ``work.markers`` really reads (one GET each on an object store)."""
+    read: list[str] = []
+    real = work.get_json
+
+    def get_json(store: ReplicaSet, relative: str) -> dict | None:
+        read.append(relative)
+        return real(store, relative)
+
+    monkeypatch.setattr(work, "get_json", get_json)
+    return read
+
+
+def _check(store: ReplicaSet, monkeypatch: pytest.MonkeyPatch) -> None:
+    paths = [work.done1_path(f"k{i}") for i in range(6)] + \
+        [work.done2_path("run", i) for i in range(4)]
+    read = _counting(monkeypatch)
+    assert work.markers(store, paths) == [None] * len(paths)
+    assert read == []  # a fresh run: the folders are listed, no marker is asked for
+
+    for i in (1, 4):
+        work.put_json(store, work.done1_path(f"k{i}"), {"index": i})
+    work.put_json(store, work.done2_path("run", 2), {"index": 2})
+    work.put_json(store, work.done1_path("other"), {"index": 99})  # not asked for
+    got = work.markers(store, paths)
+    assert [g and g["index"] for g in got] == [None, 1, None, None, 4, None, None, None, 2, None]
+    assert sorted(read) == sorted([work.done1_path("k1"), work.done1_path("k4"),
+                                   work.done2_path("run", 2)])
+
+
+def test_markers_read_only_what_exists_locally(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    _check(ReplicaSet.from_urls([str(tmp_path / "ds")]), monkeypatch)
+
+
+def test_markers_read_only_what_exists_on_s3(s3_bucket, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    store = ReplicaSet.from_urls([f"{s3_bucket.url}/ds"],
+                                 storage_options=s3_bucket.storage_options)
+    _check(work.work_store(store), monkeypatch)
+
+
+def test_markers_are_read_one_by_one_where_a_folder_cannot_be_listed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = ReplicaSet.from_urls([str(tmp_path / "ds")])
+    work.put_json(store, work.done1_path("k1"), {"index": 1})
+    fs = store.replicas[0].loc.fs
+
+    def refuse(*args: object, **kwargs: object) -> list[str]:
+        raise PermissionError("ListObjectsV2 denied")
+
+    monkeypatch.setattr(fs, "ls", refuse)
+    read = _counting(monkeypatch)
+    got = work.markers(store, [work.done1_path("k0"), work.done1_path("k1")])
+    assert [g and g["index"] for g in got] == [None, 1]
+    assert len(read) == 2
