@@ -33,7 +33,6 @@ from pipeline.dedup import (
     KIND_NEAR,
     MinHasher,
     content_key,
-    drops_for,
     entries,
 )
 from pipeline.plan import Partition
@@ -204,8 +203,7 @@ def phase_two(one: work.PhaseOne, run_key: str, store: ReplicaSet, row_group_tok
     """
     index = one.index
     scratch = work.work_store(store)
-    drops = (drops_for([shuffle.pick(store, picked)], index) if picked is not None
-             else np.zeros(0, dtype=DROP))
+    drops = shuffle.pick(store, picked) if picked is not None else np.zeros(0, dtype=DROP)
     shard, duplicates, same_as = None, {}, None
     if one.shard is not None:
         # Verified on the way: a damaged work file must not become a shard.

@@ -8,7 +8,7 @@ survivor whatever the number of workers, buckets or retries.
 """
 
 from pipeline.dedup.keys import ENTRY, KIND_EXACT, KIND_NEAR, MinHasher, content_key, entries
-from pipeline.dedup.resolve import DROP, drops_for, merge_drops, resolve, split_by_bucket
+from pipeline.dedup.resolve import DROP, merge_drops, resolve, split_by_bucket
 
-__all__ = ["DROP", "ENTRY", "KIND_EXACT", "KIND_NEAR", "MinHasher", "content_key", "drops_for",
-           "entries", "merge_drops", "resolve", "split_by_bucket"]
+__all__ = ["DROP", "ENTRY", "KIND_EXACT", "KIND_NEAR", "MinHasher", "content_key", "entries",
+           "merge_drops", "resolve", "split_by_bucket"]

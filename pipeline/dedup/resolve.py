@@ -44,9 +44,3 @@ def merge_drops(drops: np.ndarray) -> np.ndarray:
     first = np.ones(len(d), dtype=bool)
     first[1:] = (d["part"][1:] != d["part"][:-1]) | (d["pos"][1:] != d["pos"][:-1])
     return d[first]
-
-
-def drops_for(drops: list[np.ndarray], part: int) -> np.ndarray:
-    """The drops of one partition from several buckets' results, merged (min kind wins)."""
-    mine = [d[d["part"] == part] for d in drops]
-    return merge_drops(np.concatenate(mine) if mine else np.zeros(0, dtype=DROP))
