@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 
 from storage import WORK_DIR, ObjectInfo, ReplicaSet, ShardInfo
+from storage.retry import PERMANENT, classify
+from storage.versions import list_tree
 
 
 @dataclass
@@ -108,31 +110,21 @@ def markers(store: ReplicaSet, paths: list[str]) -> list[dict[str, Any] | None]:
 
     Their folders are listed once first: a fresh run of 3 M partitions would otherwise send
     6 M GETs for markers that are not there (hours at ~10 ms each through 8 threads) before
-    its first task; listing takes one call per 1,000 names on S3. Where a folder cannot be
-    listed, every marker in it is read.
+    its first task; listing takes one call per 1,000 names on S3. Where the store refuses to
+    list (no permission, no LIST call), every marker is read; a listing that times out or
+    fails transiently is raised: the store would not answer the reads either.
     """
-    asked: dict[str, set[str]] = {}
-    for p in paths:
-        folder, _, name = p.rpartition("/")
-        asked.setdefault(folder, set()).add(name)
+    folders = {p.rpartition("/")[0] for p in paths}
     loc = store.replicas[0].loc
-    present: dict[str, set[str] | None] = {}
-    for folder, names in asked.items():
-        try:
-            loc.fs.invalidate_cache(loc.path(folder))
-            listed = loc.fs.ls(loc.path(folder), detail=False)
-            present[folder] = names & {n.rstrip("/").rpartition("/")[2] for n in listed}
-        except FileNotFoundError:
-            present[folder] = set()
-        except Exception:  # noqa: BLE001 - not listable (permissions, a store without LIST)
-            present[folder] = None
-
-    def wanted(path: str) -> bool:
-        folder, _, name = path.rpartition("/")
-        names = present[folder]
-        return names is None or name in names
-
-    todo = [p for p in paths if wanted(p)]
+    present: set[str] = set()
+    try:
+        for folder in folders:
+            present.update(list_tree(loc, folder))
+    except OSError as exc:
+        if classify(exc) != PERMANENT:
+            raise
+        present = set(paths)
+    todo = [p for p in paths if p in present]
     with ThreadPoolExecutor(8) as pool:
         found = dict(zip(todo, pool.map(lambda p: get_json(store, p), todo), strict=True))
     return [found.get(p) for p in paths]

@@ -57,11 +57,26 @@ def test_markers_are_read_one_by_one_where_a_folder_cannot_be_listed(
     work.put_json(store, work.done1_path("k1"), {"index": 1})
     fs = store.replicas[0].loc.fs
 
-    def refuse(*args: object, **kwargs: object) -> list[str]:
+    def refuse(*args: object, **kwargs: object) -> dict:
         raise PermissionError("ListObjectsV2 denied")
 
-    monkeypatch.setattr(fs, "ls", refuse)
+    monkeypatch.setattr(fs, "find", refuse)
     read = _counting(monkeypatch)
     got = work.markers(store, [work.done1_path("k0"), work.done1_path("k1")])
     assert [g and g["index"] for g in got] == [None, 1]
     assert len(read) == 2
+
+
+def test_a_listing_that_times_out_is_raised_not_read_around(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = ReplicaSet.from_urls([str(tmp_path / "ds")])
+    fs = store.replicas[0].loc.fs
+
+    def hang(*args: object, **kwargs: object) -> dict:
+        raise TimeoutError("read timeout on ListObjectsV2")
+
+    monkeypatch.setattr(fs, "find", hang)
+    read = _counting(monkeypatch)
+    with pytest.raises(TimeoutError):
+        work.markers(store, [work.done1_path(f"k{i}") for i in range(100)])
+    assert read == []  # not 100 reads that would each wait for the same store
