@@ -65,7 +65,8 @@ def write_keys(store: ReplicaSet, partitions: int, keys: int, dup_share: float,
             if len(pool) and repeat.any():
                 src = pool[rng.integers(0, len(pool), size=int(repeat.sum()))]
                 arr["k0"][repeat], arr["k1"][repeat] = src["k0"], src["k1"]
-            pool = arr if i == 0 else pool  # repeats point into the first partition's keys
+            if i == 0:
+                pool = arr  # later partitions repeat keys of the first
             pending.append(io.submit(work.save_array, store, work.keys_path(name), arr))
         for f in pending:
             f.result()
