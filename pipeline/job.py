@@ -188,14 +188,17 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
 
     ones: dict[int, work.PhaseOne | Future] = {}
     for p, k, d in zip(parts, keys, done1, strict=True):
-        ones[p.index] = (work.PhaseOne.from_dict(d) if d else
-                         client.submit(phase_one, p, k, store, params,
+        earlier = work.PhaseOne.from_dict(d) if d else None
+        # Work files written without fsync are verified by a task before reuse (a power loss
+        # may have kept the marker but not the files); a read, not a redo, when they are fine.
+        ones[p.index] = (earlier if earlier and earlier.durable else
+                         client.submit(phase_one, p, k, store, params, earlier,
                                        key=f"phase1-{p.index:05d}-{tag}", **opts))
     todo2 = [p for p, d in zip(parts, done2, strict=True) if d is None]
     twos: dict[int, work.PhaseTwo] = {
         p.index: work.PhaseTwo.from_dict(d) for p, d in zip(parts, done2, strict=True) if d}
 
-    bar.update(sum(1 for d in done1 if d) + len(twos))
+    bar.update(sum(1 for o in ones.values() if not isinstance(o, Future)) + len(twos))
     drops: dict[int, shuffle.DropRange] = {}
     if (cfg.dedup == "exact" or cfg.near_dup) and todo2:
         # Waits for every phase 1: duplicates are known only once every key is.
@@ -212,7 +215,7 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
                               **opts)
                 for lo, hi in task_groups(len(kept), workers)]
     _collect([f for f in ones.values() if isinstance(f, Future)] + pending, ones, twos, bar)
-    resumed = sum(1 for d in done1 if d)
+    resumed = sum(1 for o in ones.values() if o.resumed)
     return list(ones.values()), list(twos.values()), resumed  # type: ignore[return-value]
 
 
@@ -226,7 +229,7 @@ def _collect(futures: list[Future], ones: dict[int, Any], twos: dict[int, Any],
             if result.error:
                 raise StrictModeError(result.error)
             ones[result.index] = result
-            bar.update(1, result.tokens)
+            bar.update(1, 0 if result.resumed else result.tokens)
             continue
         for two in result if isinstance(result, list) else [result]:
             twos[two.index] = two

@@ -116,8 +116,16 @@ def strict_message(item: Rejected) -> str:
     return f"bad record at {item.source} (file {item.file}): {item.reason}: {item.detail}"
 
 
-def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams) -> work.PhaseOne:
+def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
+              reuse: work.PhaseOne | None = None) -> work.PhaseOne:
+    """Parse, clean and tokenize one partition into work files (see :mod:`pipeline.work`).
+
+    ``reuse``: an earlier run's result for this partition whose work files were not synced;
+    it is returned as it is when they verify (:func:`pipeline.work.intact`), redone otherwise.
+    """
     scratch = work.work_store(store)
+    if reuse is not None and work.intact(scratch, reuse):
+        return reuse
     tok_json = _tokenizer_json(store, p.tokenizer_sha256)
     hasher = _minhasher(*p.minhash) if p.near_dup else None
     cleaner = Cleaner(p.cleaning)
@@ -178,13 +186,13 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams) -> w
                                    p.row_group_tokens)
         shard = named(part.index, shard)
         scratch.put(work.rows_path(key), data)
-    work.save_array(scratch, work.keys_path(key), entries(keys, positions, kinds))
+    keys_sha256 = work.save_array(scratch, work.keys_path(key), entries(keys, positions, kinds))
     quarantine = put_quarantine(store, part.index, rejected) if rejected else None
     result = work.PhaseOne(
         index=part.index, key=key, docs_in=docs_in + len(rejected), rows=len(doc_ids),
         tokens=int(vals.size), dropped=dict(cleaner.dropped), changed=dict(cleaner.changed),
         quarantined=dict(Counter(r["reason"] for r in rejected)), quarantine=quarantine,
-        shard=shard)
+        shard=shard, keys_sha256=keys_sha256, durable=not scratch.primary.is_local)
     work.put_json(scratch, work.done1_path(key), work.marker(result))
     return result
 

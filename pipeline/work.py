@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from storage import WORK_DIR, ObjectInfo, ReplicaSet, ShardInfo
+from storage import WORK_DIR, ObjectInfo, ReplicaSet, ShardInfo, digest_bytes
 from storage.retry import PERMANENT, classify
 from storage.versions import list_tree
 
@@ -41,6 +41,11 @@ class PhaseOne:
     quarantine: ObjectInfo | None = None
     #: the rows in ``_work/`` as a finished shard (``None``: no rows)
     shard: ShardInfo | None = None
+    #: the keys file's SHA-256 (checked before reuse when the work files were not synced)
+    keys_sha256: str = ""
+    #: False: the work files were written without fsync (a local store; see
+    #: :func:`work_store`) and must be verified before a rerun reuses them
+    durable: bool = True
     resumed: bool = False
     #: ``--strict`` only: the first bad record, which stops the run (nothing was written)
     error: str | None = None
@@ -87,8 +92,29 @@ def run_key(partition_keys: list[str]) -> str:
 
 
 def work_store(store: ReplicaSet) -> ReplicaSet:
-    """The primary replica alone: work files are scratch, not worth a quorum write."""
-    return ReplicaSet([store.replicas[0].loc])
+    """The primary replica alone: work files are scratch, not worth a quorum write.
+
+    Nor an fsync: three per partition (rows, keys, marker) stalled phase 1's tokenizing on
+    the disk. A local file reaches the disk with the kernel's writeback instead; what must be
+    durable is synced where it becomes part of the dataset (phase 2 puts the shard through the
+    synced store before its marker), and a rerun after a power loss verifies the work files
+    against the checksums in their marker before reusing them (:func:`intact`).
+    """
+    return ReplicaSet([store.replicas[0].loc], sync=False)
+
+
+def intact(store: ReplicaSet, one: PhaseOne) -> bool:
+    """Whether ``one``'s work files are all there with the bytes its marker names.
+
+    A marker that outlived a power loss may describe files the disk never got (they were not
+    synced, and the marker was written after them but not necessarily stored after them).
+    """
+    try:
+        if one.shard is not None:
+            store.get(rows_path(one.key), sha256=one.shard.sha256)
+        return digest_bytes(store.get(keys_path(one.key))) == one.keys_sha256
+    except OSError:  # missing, torn (checksum), unreadable: the work is redone
+        return False
 
 
 def put_json(store: ReplicaSet, relative: str, obj: Any) -> None:
@@ -136,10 +162,13 @@ def marker(obj: PhaseOne | PhaseTwo) -> dict[str, Any]:
     return d
 
 
-def save_array(store: ReplicaSet, relative: str, arr: np.ndarray) -> None:
+def save_array(store: ReplicaSet, relative: str, arr: np.ndarray) -> str:
+    """Write ``arr`` as ``.npy``; returns the file's SHA-256."""
     buf = io.BytesIO()
     np.save(buf, arr, allow_pickle=False)
-    store.put(relative, buf.getvalue())
+    data = buf.getvalue()
+    store.put(relative, data)
+    return digest_bytes(data)
 
 
 def load_array(store: ReplicaSet, relative: str) -> np.ndarray:

@@ -360,7 +360,8 @@ def process_umask() -> int:
     return mask
 
 
-def write_atomic(loc: Location, relative: str, data: bytes, same_as: str | None = None) -> None:
+def write_atomic(loc: Location, relative: str, data: bytes, same_as: str | None = None,
+                 sync: bool = True) -> None:
     """Write one object so that readers see either nothing or all of it.
 
     An object-store PUT is atomic by itself; on a local or network filesystem we write a
@@ -375,12 +376,21 @@ def write_atomic(loc: Location, relative: str, data: bytes, same_as: str | None 
     (S3 ``CopyObject``), atomic like a PUT, so the bytes do not travel through this process a
     second time. Where links or copies are refused (another device, a filesystem without
     them, a store without a copy call, a missing source) the bytes are written as usual.
+
+    ``sync`` (local filesystems; an object store's PUT is durable when it returns): the file's
+    bytes, and its name in the folder, are on disk when this returns, so a power loss after a
+    commit cannot leave the manifest naming a missing or torn file. ``False`` is for scratch
+    that is verified before reuse (a pipeline's ``_work/``): its bytes reach the disk with the
+    kernel's own writeback, off the writer's critical path, and a crash costs a redo.
     """
     path = loc.path(relative)
     if loc.is_local:
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
         if same_as is not None and _link_atomic(loc.path(same_as), path, directory):
+            if sync:  # the source may have been written unsynced (scratch): sync it now
+                _fsync_path(path)
+                _fsync_path(directory)
             return
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".part")
         try:
@@ -388,12 +398,15 @@ def write_atomic(loc: Location, relative: str, data: bytes, same_as: str | None 
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
                 fh.flush()
-                os.fsync(fh.fileno())
+                if sync:
+                    os.fsync(fh.fileno())
             os.replace(tmp, path)
         except BaseException:
             if os.path.exists(tmp):
                 os.unlink(tmp)
             raise
+        if sync:
+            _fsync_path(directory)  # the rename itself: without it the name may not survive
     else:
         if same_as is not None and _copy_in_store(loc, loc.path(same_as), path):
             return
@@ -418,6 +431,15 @@ def _copy_in_store(loc: Location, source: str, path: str) -> bool:
             raise
         return False
     return True
+
+
+def _fsync_path(path: str) -> None:
+    """Flush a file's (or a folder's entries') pending writes to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _link_atomic(source: str, path: str, directory: str) -> bool:

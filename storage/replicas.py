@@ -154,7 +154,8 @@ class ReplicaSet:
     def __init__(self, locations: list[Location], write_quorum: int | None = None,
                  backoff: Backoff | None = None, unhealthy_base_s: float = 2.0,
                  unhealthy_cap_s: float = 60.0, throttle_retries: int = 4,
-                 latency: hedge.LatencyTracker | None = None, read_passes: int = 2) -> None:
+                 latency: hedge.LatencyTracker | None = None, read_passes: int = 2,
+                 sync: bool = True) -> None:
         if not locations:
             raise ValueError("a replica set needs at least one location")
         self.replicas = [Replica(i, loc) for i, loc in enumerate(locations)]
@@ -168,6 +169,8 @@ class ReplicaSet:
         self.throttle_retries = throttle_retries
         self.latency = latency or hedge.LatencyTracker()
         self.read_passes = max(1, read_passes)
+        #: local writes reach the disk before ``put`` returns (see ``write_atomic``'s ``sync``)
+        self.sync = sync
         self.failovers = 0
         self.hedges = 0
         self.probes = 0
@@ -488,7 +491,7 @@ class ReplicaSet:
         loc = _with_write_deadline(replica.loc, len(data))
         for attempt in range(self.throttle_retries + 2):
             try:
-                write_atomic(loc, relative, data, same_as)
+                write_atomic(loc, relative, data, same_as, sync=self.sync)
                 return
             except Exception as exc:
                 kind = classify(exc)

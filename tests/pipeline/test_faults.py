@@ -91,6 +91,37 @@ def test_killed_driver_rerun_redoes_only_unfinished_partitions(
     assert_identical(out, reference)
 
 
+def test_rerun_after_a_power_loss_redoes_partitions_whose_work_files_were_lost(
+        corpus: Path, reference: Path, tmp_path: Path) -> None:
+    """Phase 1 writes its work files without fsync: a power loss can keep a ``done`` marker
+    whose rows or keys never reached the disk (torn, zero-filled or absent). The rerun must
+    notice, redo just those partitions and still write the reference dataset."""
+    out = tmp_path / "ds"
+    proc = subprocess.Popen(pipeline_cmd(*_args(corpus, out), "--workers", "2"), cwd=REPO,
+                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: len(done_markers(out)) >= 4 or proc.poll() is not None, 120,
+                 "four finished partitions")
+        assert proc.poll() is None, "the run ended before the kill: it proved nothing"
+    finally:
+        kill_tree(proc.pid)
+    markers = done_markers(out)
+    assert not (out / "manifest.json").exists() and len(markers) >= 4
+    torn_rows, zeroed_keys, lost_rows = (m.name.removesuffix(".done.json") for m in markers[:3])
+    rows = out / "_work" / "p1" / f"{torn_rows}.rows.parquet"
+    rows.write_bytes(rows.read_bytes()[: rows.stat().st_size // 2])
+    keys = out / "_work" / "p1" / f"{zeroed_keys}.keys.npy"
+    keys.write_bytes(b"\0" * keys.stat().st_size)
+    (out / "_work" / "p1" / f"{lost_rows}.rows.parquet").unlink()
+
+    again = subprocess.run(pipeline_cmd(*_args(corpus, out), "--workers", "1"), cwd=REPO,
+                           env=ENV, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    reused = int(again.stdout.split("shards (")[1].split()[0])
+    assert reused == len(markers) - 3  # the intact ones reused, the three damaged redone
+    assert_identical(out, reference)
+
+
 def test_killed_worker_on_a_separate_dask_cluster(corpus: Path, reference: Path,
                                                   tmp_path: Path) -> None:
     out = tmp_path / "ds"

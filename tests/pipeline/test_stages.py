@@ -23,21 +23,17 @@ def _phase_one_of_a_small_partition(tmp_path):  # noqa: ANN001, ANN202
     import json
 
     from pipeline import tokenizing, work
-    from pipeline.discovery import discover
-    from pipeline.plan import plan_partitions
     from pipeline.stages import phase_one
     from storage import ReplicaSet, tokenizer_name
 
     raw = tmp_path / "raw.jsonl"
     raw.write_text("".join(json.dumps({"text": f"document {i} says something"}) + "\n"
                            for i in range(50)))
-    (part,) = plan_partitions(discover([str(raw)]), 1 << 20)
+    (part,) = _partitions(tmp_path)
     tok = tokenizing.gpt2()
     store = ReplicaSet.from_urls([str(tmp_path / "ds")])
     store.put(tokenizer_name(tok.sha256), tok.json.encode())
-    params = StageParams(ReadOptions(), CleaningConfig(), True, False, (128, 16, 5), tok.sha256,
-                         tok.vocab_size, tok.eos_id, 1024, 256 * 1024, False, {})
-    one = phase_one(part, "k0", store, params)
+    one = phase_one(part, "k0", store, _params())
     return store, one, tmp_path / "ds" / work.rows_path("k0")
 
 
@@ -64,3 +60,50 @@ def test_phase_two_refuses_a_damaged_work_file(tmp_path) -> None:  # noqa: ANN00
     with pytest.raises(ReplicaError, match="checksum"):
         phase_two(one, "run", store, 256 * 1024, 50257)
     assert not list((tmp_path / "ds").glob("shards/*"))  # nothing damaged became a shard
+
+
+def test_phase_one_reuses_verified_work_files_and_redoes_damaged_ones(tmp_path) -> None:  # noqa: ANN001
+    """A power loss can keep a marker but not the unsynced files it describes: a rerun reuses
+    the earlier result only when every work file matches the marker's checksums."""
+    import dataclasses
+    import json
+
+    from pipeline import work
+    from pipeline.stages import phase_one
+
+    store, one, rows = _phase_one_of_a_small_partition(tmp_path)
+    keys = tmp_path / "ds" / work.keys_path("k0")
+    assert not one.durable and one.keys_sha256  # a local store: written without fsync
+    earlier = work.PhaseOne.from_dict(json.loads(json.dumps(work.marker(one))))  # as stored
+    good_rows, good_keys = rows.read_bytes(), keys.read_bytes()
+    (part,) = _partitions(tmp_path)
+    params = _params()
+
+    again = phase_one(part, "k0", store, params, earlier)
+    assert again is earlier and again.resumed  # verified, not redone
+
+    for path, damage in ((rows, good_rows[: len(good_rows) // 2]), (keys, b"\0" * len(good_keys)),
+                         (keys, None)):
+        if damage is None:
+            path.unlink()
+        else:
+            path.write_bytes(damage)
+        redone = phase_one(part, "k0", store, params, earlier)
+        assert not redone.resumed
+        assert dataclasses.replace(redone, resumed=True) == earlier  # the same result again
+        assert rows.read_bytes() == good_rows and keys.read_bytes() == good_keys
+
+
+def _partitions(tmp_path):  # noqa: ANN001, ANN202
+    from pipeline.discovery import discover
+    from pipeline.plan import plan_partitions
+
+    return plan_partitions(discover([str(tmp_path / "raw.jsonl")]), 1 << 20)
+
+
+def _params():  # noqa: ANN202
+    from pipeline import tokenizing
+
+    tok = tokenizing.gpt2()
+    return StageParams(ReadOptions(), CleaningConfig(), True, False, (128, 16, 5), tok.sha256,
+                       tok.vocab_size, tok.eos_id, 1024, 256 * 1024, False, {})
