@@ -19,6 +19,7 @@ produces the same bytes; a v1 manifest re-serialises to the bytes it was read fr
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -434,10 +435,18 @@ def _copy_in_store(loc: Location, source: str, path: str) -> bool:
 
 
 def _fsync_path(path: str) -> None:
-    """Flush a file's (or a folder's entries') pending writes to disk."""
+    """Flush a file's (or a folder's entries') pending writes to disk.
+
+    Some filesystems (several FUSE mounts, some network ones) refuse ``fsync`` on a folder
+    with EINVAL or ENOTSUP: they make no promise about names to keep, so there is nothing to
+    wait for.
+    """
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP) or not os.path.isdir(path):
+            raise
     finally:
         os.close(fd)
 

@@ -70,3 +70,30 @@ def test_a_replica_set_syncs_by_default(tmp_path: Path, synced: list[str]) -> No
     names = _synced_files(synced, tmp_path)
     assert {"a", "b"} <= names  # both replicas' folders
     assert len(names) == 4  # and both temporary files
+
+
+def test_a_filesystem_refusing_to_sync_folders_still_gets_synced_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Some FUSE and network filesystems answer EINVAL to ``fsync`` on a folder; that is no
+    reason to fail a commit. A file's refused sync still is."""
+    import errno
+    import stat
+
+    real = os.fsync
+
+    def refuse(kind: int) -> object:
+        def fsync(fd: int) -> None:
+            if stat.S_IFMT(os.fstat(fd).st_mode) == kind:
+                raise OSError(errno.EINVAL, "Invalid argument")
+            real(fd)
+        return fsync
+
+    loc = resolve(str(tmp_path))
+    monkeypatch.setattr(os, "fsync", refuse(stat.S_IFDIR))
+    write_atomic(loc, "manifest.json", b"{}")
+    assert (tmp_path / "manifest.json").read_bytes() == b"{}"
+    monkeypatch.setattr(os, "fsync", refuse(stat.S_IFREG))
+    with pytest.raises(OSError, match="Invalid argument"):
+        write_atomic(loc, "manifest.json", b"{ }")
+    assert (tmp_path / "manifest.json").read_bytes() == b"{}"  # the old one, untouched
+    assert not list(tmp_path.glob(".tmp-*"))
