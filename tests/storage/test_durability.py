@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from storage import ReplicaSet, resolve, write_atomic
+from storage import ReplicaSet, manifest, resolve, write_atomic
 
 
 @pytest.fixture
@@ -44,12 +44,34 @@ def test_a_synced_write_flushes_the_bytes_and_the_name(tmp_path: Path, synced: l
     assert len(temporary) == 1  # the bytes, synced before the rename put them in place
 
 
-def test_scratch_writes_are_not_synced(tmp_path: Path, synced: list[str]) -> None:
+def test_scratch_writes_are_not_synced_but_their_writeback_starts(
+        tmp_path: Path, synced: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[str] = []
+    real = manifest.start_writeback
+
+    def spy(fd: int) -> None:
+        started.append(os.path.relpath(os.readlink(f"/proc/self/fd/{fd}"), tmp_path))
+        real(fd)
+
+    monkeypatch.setattr(manifest, "start_writeback", spy)
     write_atomic(resolve(str(tmp_path)), "_work/p1/k.keys.npy", b"k" * 100, sync=False)
     ReplicaSet.from_urls([str(tmp_path)], sync=False).put("_work/p1/k.done.json", b"{}")
     assert (tmp_path / "_work/p1/k.keys.npy").read_bytes() == b"k" * 100
     assert (tmp_path / "_work/p1/k.done.json").read_bytes() == b"{}"
     assert synced == []
+    assert len(started) == 2 and all(s.startswith("_work/p1/.tmp-") for s in started)
+
+
+def test_starting_writeback_where_it_cannot_be_started_is_harmless(tmp_path: Path) -> None:
+    """A pipe (ESPIPE), a folder (EBADF/EINVAL): the kernel refuses, the write goes on."""
+    read_end, write_end = os.pipe()
+    folder = os.open(tmp_path, os.O_RDONLY)
+    try:
+        for fd in (read_end, write_end, folder):
+            manifest.start_writeback(fd)
+    finally:
+        for fd in (read_end, write_end, folder):
+            os.close(fd)
 
 
 def test_linking_unsynced_scratch_into_the_dataset_syncs_it(tmp_path: Path,
