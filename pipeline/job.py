@@ -186,21 +186,27 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
     tag = uuid.uuid4().hex[:8]
     opts: dict[str, Any] = {"pure": False, "retries": cfg.retries}
 
+    todo2 = [p for p, d in zip(parts, done2, strict=True) if d is None]
+    dedup = cfg.dedup == "exact" or cfg.near_dup
+    # Whose work files this run still reads: every partition's keys while any phase 2 is
+    # left to do under dedup, else only the rows of partitions whose phase 2 is left.
+    reads = ({p.index for p in parts} if dedup and todo2 else {p.index for p in todo2})
+
     ones: dict[int, work.PhaseOne | Future] = {}
     for p, k, d in zip(parts, keys, done1, strict=True):
         earlier = work.PhaseOne.from_dict(d) if d else None
-        # Work files written without fsync are verified by a task before reuse (a power loss
-        # may have kept the marker but not the files); a read, not a redo, when they are fine.
-        ones[p.index] = (earlier if earlier and earlier.durable else
+        # Work files written without fsync are verified by a task before they are read again
+        # (a power loss may have kept the marker but not the files); a read, not a redo, when
+        # they are fine. Where they are not read again, the marker's counts are all we use.
+        ones[p.index] = (earlier if earlier and (earlier.durable or p.index not in reads) else
                          client.submit(phase_one, p, k, store, params, earlier,
                                        key=f"phase1-{p.index:05d}-{tag}", **opts))
-    todo2 = [p for p, d in zip(parts, done2, strict=True) if d is None]
     twos: dict[int, work.PhaseTwo] = {
         p.index: work.PhaseTwo.from_dict(d) for p, d in zip(parts, done2, strict=True) if d}
 
     bar.update(sum(1 for o in ones.values() if not isinstance(o, Future)) + len(twos))
     drops: dict[int, shuffle.DropRange] = {}
-    if (cfg.dedup == "exact" or cfg.near_dup) and todo2:
+    if dedup and todo2:
         # Waits for every phase 1: duplicates are known only once every key is.
         drops = _dedup(client, cfg, store, parts, keys, rkey, ones, bar, tag, opts)
     # Phase 1's result (or its future: Dask passes the result) carries the shard to copy.

@@ -122,6 +122,36 @@ def test_rerun_after_a_power_loss_redoes_partitions_whose_work_files_were_lost(
     assert_identical(out, reference)
 
 
+def test_rerun_after_a_failed_commit_reads_no_work_file_again(
+        corpus: Path, reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every partition's phase 2 finished but the commit did not: the shards are durable, so
+    the rerun takes phase 1's counts from the markers and reads no work file again (at scale,
+    re-reading them would be a second pass over the whole dataset). A work file damaged
+    after its shard was made changes nothing."""
+    import pipeline.job as job
+
+    out = tmp_path / "ds"
+    cfg = PipelineConfig(inputs=[str(corpus / "*.jsonl")], output=str(out), workers=1,
+                         id_field="id", partition_bytes=int(PARTITION),
+                         dashboard_address="127.0.0.1:0")
+
+    def refuse(*args: object) -> None:
+        raise OSError("the store went away during the commit")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(job, "commit", refuse)
+        with pytest.raises(OSError, match="went away"):
+            run(cfg, progress=False)
+    markers = done_markers(out)
+    assert not (out / "manifest.json").exists() and len(markers) > 10
+    rows = out / "_work" / "p1" / markers[0].name.replace(".done.json", ".rows.parquet")
+    rows.write_bytes(b"torn")
+
+    summary = run(cfg, progress=False)
+    assert summary.resumed == len(markers)  # no partition redone, none re-read
+    assert_identical(out, reference)
+
+
 def test_killed_worker_on_a_separate_dask_cluster(corpus: Path, reference: Path,
                                                   tmp_path: Path) -> None:
     out = tmp_path / "ds"
