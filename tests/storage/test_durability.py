@@ -31,7 +31,8 @@ def synced(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
 
 def _synced_files(paths: list[str], root: Path) -> set[str]:
-    """Synced paths relative to ``root``; a temporary file counts as what it was renamed to."""
+    """Synced paths relative to ``root`` (a file's bytes are synced under its temporary
+    name, before the rename)."""
     return {os.path.relpath(p, root) for p in paths}
 
 
