@@ -23,6 +23,10 @@ INDEX_DIR = "index"
 VERSIONS_DIR = "_versions"
 #: a run's scratch files (``pipeline.work``), removed once it commits
 WORK_DIR = "_work"
+#: the writer lease of the output (``storage.lease``): one run writes a dataset at a time
+LEASE = "_lease.json"
+#: ``<prefix><stale run id>.json``: the token one candidate creates to take over a stale lease
+LEASE_TAKEOVER_PREFIX = "_lease-takeover-"
 #: hex digits of the sha256 that name an object
 NAME_HASH = 16
 
