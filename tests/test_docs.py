@@ -1,0 +1,170 @@
+"""The docs stay true to the code: the README's commands and flags exist, and docs/design.md's
+module map names every module of the four packages and only files that exist."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DESIGN = ROOT / "docs" / "design.md"
+PACKAGES = ("storage", "pipeline", "loaders", "trainer")
+
+#: flags of other tools that the README mentions (torchrun's, pip's, `dask worker`'s)
+FOREIGN_FLAGS = {"--nproc-per-node", "--max-restarts", "--nnodes", "--rdzv-backend",
+                 "--rdzv-endpoint", "--rdzv-id", "--no-deps", "--nthreads"}
+
+
+def _options(parser: argparse.ArgumentParser) -> set[str]:
+    return set(parser._option_string_actions)
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _plot_parser() -> argparse.ArgumentParser:
+    """``python -m trainer plot``'s parser is built inside its ``main``: catch it there."""
+    from trainer import plot
+
+    caught: list[argparse.ArgumentParser] = []
+    original = argparse.ArgumentParser.parse_args
+
+    def grab(self: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        caught.append(self)
+        raise SystemExit(0)
+
+    argparse.ArgumentParser.parse_args = grab  # type: ignore[method-assign]
+    try:
+        with pytest.raises(SystemExit):
+            plot.main(["x"])
+    finally:
+        argparse.ArgumentParser.parse_args = original  # type: ignore[method-assign]
+    return caught[0]
+
+
+@pytest.fixture(scope="module")
+def commands() -> dict[tuple[str, str | None], set[str]]:
+    """(module, subcommand) -> the option strings its parser accepts."""
+    from pipeline.cli import build_parser as pipeline_parser
+    from storage.cli import build_parser as storage_parser
+    from storage.testing.__main__ import _parser as testing_parser
+    from trainer.config import build_parser as trainer_parser
+
+    out: dict[tuple[str, str | None], set[str]] = {}
+    for module, parser in (("pipeline", pipeline_parser()), ("storage", storage_parser()),
+                           ("storage.testing", testing_parser())):
+        out[(module, None)] = _options(parser)
+        for name, sub in _subcommands(parser).items():
+            out[(module, name)] = _options(sub)
+    out[("trainer", None)] = _options(trainer_parser())
+    out[("trainer", "plot")] = _options(_plot_parser())
+    return out
+
+
+def _blocks(text: str) -> tuple[list[str], str]:
+    """The shell code blocks' lines (continuations joined, comments dropped), and the text
+    outside any code block."""
+    shell: list[str] = []
+    prose: list[str] = []
+    lang = None  # None: outside a block
+    for line in text.splitlines():
+        if line.startswith("```"):
+            lang = line[3:].strip() if lang is None else None
+        elif lang is None:
+            prose.append(line)
+        elif lang in ("bash", "sh", ""):
+            shell.append(line)
+    joined = "\n".join(shell).replace("\\\n", " ")
+    return [line.split(" #")[0].strip() for line in joined.splitlines()], "\n".join(prose)
+
+
+def _command_lines(text: str) -> list[str]:
+    """Every shell line that runs ``-m <one of ours>``: in code blocks and in inline code."""
+    shell, prose = _blocks(text)
+    ours = re.compile(r"-m (pipeline|storage|trainer)\b")
+    return ([line for line in shell if ours.search(line)]
+            + [c for c in re.findall(r"`([^`\n]+)`", prose) if ours.search(c)])
+
+
+def _parse(line: str) -> tuple[str, str | None, list[str]]:
+    """(module, subcommand or None, the flags given to it)."""
+    words = shlex.split(line)
+    i = words.index("-m")
+    module = words[i + 1]
+    rest = words[i + 2:]
+    sub = rest[0] if rest and not rest[0].startswith("-") else None
+    return module, sub, [w.split("=")[0] for w in rest if w.startswith("--")]
+
+
+def test_readme_commands_exist_with_their_flags(commands) -> None:
+    lines = _command_lines(README.read_text())
+    assert len(lines) >= 15, "the README's commands were not found: did its code blocks change?"
+    bad = []
+    for line in lines:
+        module, sub, flags = _parse(line)
+        if (module, None) not in commands:
+            bad.append(f"{line!r}: no command python -m {module}")
+            continue
+        subs = _subcommands_of(commands, module)
+        for one in (sub.split("|") if sub else [None]):  # `inspect|gc` names two
+            if one is not None and subs and one not in subs:
+                bad.append(f"{line!r}: python -m {module} has no subcommand {one!r}")
+                continue
+            known = commands[(module, one if one in subs else None)]
+            bad += [f"{line!r}: python -m {module} {one or ''} has no {flag}" for flag in flags
+                    if flag not in known]
+    assert not bad, "\n".join(bad)
+
+
+def _subcommands_of(commands: dict, module: str) -> set[str]:
+    return {sub for (m, sub) in commands if m == module and sub is not None}
+
+
+def test_every_flag_the_readme_names_exists(commands) -> None:
+    """A flag named in prose (``--write-quorum N``) must exist on some command of ours."""
+    ours = set().union(*commands.values())
+    text = re.sub(r"\S+\.py( --[\w-]+)+", "", README.read_text())  # benchmark scripts' flags
+    named = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", text))
+    stale = sorted(named - ours - FOREIGN_FLAGS)
+    assert not stale, f"README names flags no command has: {stale}"
+
+
+def _modules() -> set[str]:
+    return {p.relative_to(ROOT).as_posix() for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
+            if "__pycache__" not in p.parts}
+
+
+def _module_map() -> str:
+    text = DESIGN.read_text()
+    start = text.index("## Module map")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def test_design_module_map_names_every_module() -> None:
+    mapped = set(re.findall(r"^\| `([\w/]+\.py)` \|", _module_map(), re.M))
+    missing = sorted(_modules() - mapped)
+    assert not missing, f"docs/design.md's module map lacks {missing}: add a row for each"
+
+
+def test_design_names_only_files_that_exist() -> None:
+    paths = set(re.findall(r"`((?:storage|pipeline|loaders|trainer|tests|benchmarks|docs)"
+                           r"/[\w./-]+\.(?:py|md|txt))`", DESIGN.read_text()))
+    assert len(paths) > 60
+    gone = sorted(p for p in paths if not (ROOT / p).exists())
+    assert not gone, f"docs/design.md names files that do not exist: {gone}"
+
+
+def test_docs_link_to_each_other_and_not_outside() -> None:
+    readme = README.read_text()
+    assert "docs/design.md" in readme and "benchmarks/README.md" in readme
+    for doc in (README, DESIGN, ROOT / "benchmarks" / "README.md", ROOT / "trainer" / "README.md"):
+        assert "shared/DESIGN.md" not in doc.read_text(), f"{doc.name} points outside the repo"
