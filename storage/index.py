@@ -2,7 +2,8 @@
 
 A dataset of a million row groups would need ~150 MB of ``manifest.json`` to list them; the
 index holds the same facts in 36 bytes per row group (``rows`` u4, ``tokens`` u4, ``offset``
-u8, ``length`` u4, ``digest``: the first 16 bytes of the token column chunk's sha256), plus
+u8, ``length`` u4, ``digest``: the first 16 bytes of the token column chunk's BLAKE3, or of its
+SHA-256 in datasets written before, as the manifest's ``index.digest`` says), plus
 one small record per shard, and a reader fetches only the columns it needs with ranged reads.
 
 Layout (all little-endian)::
@@ -20,7 +21,8 @@ a caller needs (ranged reads, each verified, through a local cache when given) a
 :func:`shards_of` gives admin tools the ``ShardInfo`` list of either manifest format.
 
 Group columns: ``rows``, ``tokens``, ``offset``, ``length``, ``digest`` (16 bytes: a truncated
-sha256 keeps the audit property at 128 bits). Shard columns: ``first_group`` (S+1),
+BLAKE3 or SHA-256, :mod:`storage.checksums`, keeps the audit property at 128 bits).
+Shard columns: ``first_group`` (S+1),
 ``shard_rows``, ``shard_tokens``, ``shard_bytes``, ``shard_sha256`` (32 bytes),
 ``footer_length``, ``footer_sha256`` (32 bytes), ``path_end`` (S+1) and ``paths`` (the
 shard paths, UTF-8, concatenated).
