@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from loaders.packing import position_ids
+
+if TYPE_CHECKING:
+    from loaders.source import Windows
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,7 @@ def finish_batch(fmt: BatchFormat, samples: np.ndarray, inputs: np.ndarray, labe
     return batch
 
 
-def batches(fmt: BatchFormat, samples: np.ndarray, windows: Iterator[np.ndarray],
+def batches(fmt: BatchFormat, samples: np.ndarray, windows: Windows,
             sizes: list[int]) -> Iterator[dict[str, torch.Tensor]]:
     """Consecutive batches of ``sizes[k]`` samples (0 allowed: an empty part).
 
@@ -65,9 +69,7 @@ def batches(fmt: BatchFormat, samples: np.ndarray, windows: Iterator[np.ndarray]
             yield finish_batch(fmt, samples[lo:lo + size], *_widen(it, size, fmt.seq_len))
             lo += size
     finally:
-        close = getattr(windows, "close", None) or getattr(it, "close", None)
-        if close is not None:
-            close()  # stops the read-ahead now, not when garbage collection gets to it
+        it.close()  # stops the read-ahead now, not when garbage collection gets to it
 
 
 def _widen(windows: Iterator[np.ndarray], size: int, seq_len: int
@@ -89,7 +91,7 @@ def _widen(windows: Iterator[np.ndarray], size: int, seq_len: int
     return inputs, labels
 
 
-def window_chunks(samples: np.ndarray, windows: Iterator[np.ndarray], sizes: list[int],
+def window_chunks(samples: np.ndarray, windows: Windows, sizes: list[int],
                   seq_len: int, per_chunk: int) -> Iterator[dict[str, torch.Tensor]]:
     """What a DataLoader worker sends: for every ``per_chunk`` consecutive batches, its part
     of each (``sizes[k]`` samples, 0 allowed) as ONE int32 ``[rows, seq_len + 1]`` tensor of
@@ -110,9 +112,7 @@ def window_chunks(samples: np.ndarray, windows: Iterator[np.ndarray], sizes: lis
                    "counts": torch.tensor(counts, dtype=torch.int64)}
             lo += rows
     finally:
-        close = getattr(windows, "close", None) or getattr(it, "close", None)
-        if close is not None:
-            close()
+        it.close()
 
 
 def batches_from_chunks(fmt: BatchFormat, chunks: list[dict[str, torch.Tensor]]

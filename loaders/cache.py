@@ -51,11 +51,11 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from storage.checksums import piece_matches
+from storage.process_local import ProcessLocal
 
 #: Default size limit: room for a mid-sized dataset's token chunks on a trainer's local disk;
 #: pass ``cache_bytes`` for more or less.
@@ -105,8 +105,11 @@ def choose_evictions(entries: Iterable[Entry], target_bytes: int) -> list[str]:
     return chosen
 
 
-class ChunkCache:
+class ChunkCache(ProcessLocal):
     """Verified pieces by digest in ``directory``, at most ``max_bytes`` of them."""
+
+    #: reader threads share one lock for the counters; mappings stay in their process
+    _process_local = {"_counts": threading.Lock, "_maps": OrderedDict}
 
     def __init__(self, directory: str | os.PathLike[str],
                  max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
@@ -124,16 +127,6 @@ class ChunkCache:
         #: shard files mapped by this process: key -> (inode, mapping, last mtime touch),
         #: most recent last
         self._maps: OrderedDict[str, tuple[int, mmap.mmap, float]] = OrderedDict()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.pop("_counts")
-        state["_maps"] = OrderedDict()  # mappings stay in the process that made them
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._counts = threading.Lock()
 
     def _add(self, **counts: int) -> None:
         with self._counts:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import numpy as np
@@ -48,6 +48,8 @@ from loaders.state import STATE_VERSION, LoaderStateError, check_state, make_sta
 
 __all__ = ["STATE_VERSION", "LoaderStateError", "ShardflowLoader", "build_dataloader"]
 
+#: A stream of batches: a generator, so closing it stops the read-ahead behind it.
+Batches = Generator[dict[str, torch.Tensor], None, None]
 #: Batches whose parts a DataLoader worker sends as one item (one int32 tensor of windows).
 CHUNK_BATCHES = 8
 #: In-process, the rank's sequence is generated and read ahead this many samples (whole
@@ -184,19 +186,18 @@ class ShardflowLoader(Stateful):
         if held:
             yield np.concatenate(held), [len(b) for b in held]
 
-    def _in_process(self) -> Iterator[dict[str, torch.Tensor]]:
+    def _in_process(self) -> Batches:
         for samples, sizes in self._pieces():
             yield from batches(self.format, samples, self.source.windows(samples), sizes)
 
     def _assemble(self, chunks: Iterator[dict[str, torch.Tensor]], n_batches: int
-                  ) -> Iterator[dict[str, torch.Tensor]]:
+                  ) -> Batches:
         """Batches from the workers' chunks: the DataLoader hands them round-robin."""
         for _ in range(-(-n_batches // CHUNK_BATCHES)):
             yield from batches_from_chunks(self.format,
                                            [next(chunks) for _ in range(self.num_workers)])
 
-    def _count(self, source: Iterator[dict[str, torch.Tensor]]
-               ) -> Iterator[dict[str, torch.Tensor]]:
+    def _count(self, source: Batches) -> Batches:
         try:
             while True:
                 t0 = time.perf_counter()
@@ -212,11 +213,9 @@ class ShardflowLoader(Stateful):
                 self._batches_total += 1
                 yield batch
         finally:
-            close = getattr(source, "close", None)
-            if close is not None:
-                close()
+            source.close()
 
-    def _threaded(self, batches_: Iterator[Any]) -> Iterator[Any]:
+    def _threaded(self, batches_: Batches) -> Batches:
         """Batches built ahead by a background thread, and by the caller when none is ready.
 
         While the trainer is busy (a GPU step, a sleep), the thread fills up to
@@ -267,7 +266,7 @@ class ShardflowLoader(Stateful):
                 cond.notify_all()
             thread.join(timeout=5)
             if not thread.is_alive():
-                batches_.close()  # type: ignore[attr-defined]  # stops the read-ahead now
+                batches_.close()  # stops the read-ahead now
 
     # -- metrics -----------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from loaders import plan
 from loaders.batches import BatchFormat, make_batch
 from loaders.plan import Layout, Progress
 from loaders.settings import LoaderSettings
-from loaders.source import DatasetSource, Source
+from loaders.source import DatasetSource, Source, Windows, rank_stream
 from loaders.state import (
     LoaderStateError,
     check_state,
@@ -153,24 +153,34 @@ class TokenDataset(IterableDataset):
         """Samples repeated per epoch (at most one per lane) so that lanes are equal."""
         return self.layout.lanes * self.lane_length() - self.n_samples
 
+    def rank_stream(self, progress: Progress | None = None) -> plan.RankStream:
+        """This rank's samples still to come in the epoch of ``progress`` (default: its own),
+        generated a chunk at a time: the stream ``build_dataloader``'s loader reads."""
+        return rank_stream(self.source, self.layout, progress or self.progress)
+
     def rank_order(self, progress: Progress | None = None) -> np.ndarray:
-        """This rank's samples still to come in the epoch of ``progress`` (default: its own)."""
-        progress = progress or self.progress
-        layout = self.layout
-        lo, hi = layout.rank_lanes()
-        block = self.source.lane_samples(progress.epoch, layout.lanes, lo, hi)
-        return plan.sequence(block, layout, progress)
+        """:meth:`rank_stream` in one array (for inspection; iteration never builds it)."""
+        return self.rank_stream(progress).materialise()
 
-    def worker_samples(self) -> np.ndarray:
-        """This worker's samples: whole batches of the rank's order, round-robin."""
+    def worker_pieces(self) -> Iterator[np.ndarray]:
+        """This worker's samples: whole batches of the rank's stream, round-robin over the
+        workers, in pieces of about ``plan.STREAM_CHUNK`` samples (memory stays one piece,
+        whatever the epoch's length)."""
         worker, workers = _worker()
-        order = self.rank_order()
-        if workers <= 1:
-            return order
-        batch_ids = np.arange(len(order)) // self.batch_size
-        return order[batch_ids % workers == worker]
+        held: list[np.ndarray] = []
+        count = 0
+        for k, batch in enumerate(self.rank_stream().batches()):
+            if k % workers != worker:
+                continue
+            held.append(batch)
+            count += len(batch)
+            if count >= plan.STREAM_CHUNK:
+                yield np.concatenate(held)
+                held, count = [], 0
+        if held:
+            yield np.concatenate(held)
 
-    def windows(self, samples: np.ndarray) -> Iterator[np.ndarray]:
+    def windows(self, samples: np.ndarray) -> Windows:
         return self.source.windows(samples)
 
     # -- iteration ---------------------------------------------------------------------------
@@ -181,13 +191,24 @@ class TokenDataset(IterableDataset):
         skip, self._resume_skip = self._resume_skip, 0
         self._started = self.progress
         self._yielded = skip
-        return self._items(self.worker_samples()[skip:])
+        return self._items(self.worker_pieces(), skip)
 
-    def _items(self, samples: np.ndarray) -> Iterator[dict[str, torch.Tensor]]:
-        for sample, window in zip(samples.tolist(), self.windows(samples), strict=True):
-            batch = make_batch(self.format, np.array([sample]), [window])
-            self._yielded += 1  # before the yield: the state after a batch counts all of it
-            yield {k: v[0] for k, v in batch.items()}
+    def _items(self, pieces: Iterator[np.ndarray], skip: int
+               ) -> Iterator[dict[str, torch.Tensor]]:
+        """One item per sample, after the first ``skip`` (already yielded before a resume)."""
+        for piece in pieces:
+            if skip >= len(piece):
+                skip -= len(piece)
+                continue
+            piece, skip = piece[skip:], 0
+            windows = iter(self.windows(piece))
+            try:
+                for sample, window in zip(piece.tolist(), windows, strict=True):
+                    batch = make_batch(self.format, np.array([sample]), [window])
+                    self._yielded += 1  # before the yield: a state after it counts it
+                    yield {k: v[0] for k, v in batch.items()}
+            finally:
+                windows.close()  # stops the read-ahead now
 
     # -- Stateful (torchdata) ----------------------------------------------------------------
 

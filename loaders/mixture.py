@@ -19,11 +19,12 @@ the component's own id.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 import numpy as np
 
+from loaders import plan
 from loaders.dataloader import ShardflowLoader, build_dataloader
 from loaders.settings import LoaderSettings
 from loaders.source import DatasetSource, Source
@@ -69,8 +70,7 @@ class MixtureSource:
         first = components[0]
         if any(c.seq_len != first.seq_len for c in components):
             raise ValueError("all mixture components need the same seq_len")
-        tokenizers = {getattr(getattr(c, "manifest", None), "tokenizer", None) and
-                      c.manifest.tokenizer.sha256 for c in components}  # type: ignore[attr-defined]
+        tokenizers = {c.tokenizer_sha256 for c in components}
         if len({c.eos_id for c in components}) > 1 or len(tokenizers) > 1:
             raise ValueError("mixture components were tokenized differently (tokenizer hashes "
                              "differ): their token ids do not mean the same thing")
@@ -82,6 +82,7 @@ class MixtureSource:
         self.seed = seed
         self.seq_len = first.seq_len
         self.eos_id = first.eos_id
+        self.tokenizer_sha256 = first.tokenizer_sha256
         self.sizes = [c.n_samples for c in components]
         p = np.asarray(self.weights) / sum(self.weights)
         # Default epoch: as long as possible with no component repeating a sample.
@@ -133,11 +134,16 @@ class MixtureSource:
                 out[row, slots == i] = got
         return out
 
+    def lane_plan(self, epoch: int, lanes: int, lane_lo: int, lane_hi: int
+                  ) -> plan.WholeLanes:
+        """The lanes drawn whole: the per-lane slot permutation is not cut by column."""
+        return plan.WholeLanes(self.lane_samples(epoch, lanes, lane_lo, lane_hi))
+
     def source_of(self, samples: np.ndarray) -> np.ndarray:
         """Which component each virtual sample id comes from."""
         return np.searchsorted(self.offsets, samples, side="right") - 1
 
-    def windows(self, samples: np.ndarray) -> Iterator[np.ndarray]:
+    def windows(self, samples: np.ndarray) -> Generator[np.ndarray, None, None]:
         samples = np.asarray(samples, dtype=np.int64)
         comp = self.source_of(samples)
         streams = [iter(c.windows(samples[comp == i] - self.offsets[i]))
@@ -147,9 +153,7 @@ class MixtureSource:
                 yield next(streams[i])
         finally:
             for s in streams:
-                close = getattr(s, "close", None)
-                if close is not None:
-                    close()
+                s.close()
 
     def metrics(self) -> dict[str, float]:
         out: dict[str, float] = {}

@@ -48,8 +48,9 @@ world size or worker count continues the same global batches.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -423,6 +424,25 @@ def check_resume(layout: Layout, progress: Progress) -> None:
             "batch boundary")
 
 
+class LaneColumns(Protocol):
+    """Lanes of one epoch a range of columns at a time: ``columns(c0, c1)`` is
+    ``lane_samples(...)[:, c0:c1]`` (:class:`LanePlan` computes it, :class:`WholeLanes`
+    slices lanes already drawn)."""
+
+    def columns(self, c0: int, c1: int) -> np.ndarray: ...
+
+
+class WholeLanes:
+    """:class:`LaneColumns` of lanes drawn whole (``[lanes, m]``): for sources whose plan
+    cannot be cut by column, such as a mixture."""
+
+    def __init__(self, lanes: np.ndarray) -> None:
+        self.lanes = lanes
+
+    def columns(self, c0: int, c1: int) -> np.ndarray:
+        return self.lanes[:, c0:c1]
+
+
 class RankStream:
     """This rank's samples still to come in the epoch, generated a chunk of global steps at
     a time: concatenated, :meth:`chunks` is exactly :func:`sequence`'s result.
@@ -433,8 +453,9 @@ class RankStream:
     (``chunk_samples``, at least one step's share) whatever the epoch's length.
     """
 
-    def __init__(self, columns, lane_len: int, layout: Layout,  # type: ignore[no-untyped-def]
-                 progress: Progress, chunk_samples: int = STREAM_CHUNK) -> None:
+    def __init__(self, columns: Callable[[int, int], np.ndarray], lane_len: int,
+                 layout: Layout, progress: Progress, chunk_samples: int = STREAM_CHUNK
+                 ) -> None:
         check_resume(layout, progress)
         self.columns, self.lane_len = columns, lane_len
         self.layout, self.progress = layout, progress

@@ -10,7 +10,7 @@ read once per pass of the plan over it, and memory holds only the groups in use 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
@@ -22,8 +22,8 @@ from loaders.reader import TokenReader
 REMOTE_IN_FLIGHT = 8
 #: From a remote store, a request also takes the row groups of the same shard that are used
 #: within this many positions of the order (:mod:`loaders.coalesce`; at most 8x the read-ahead),
-#: spanning up to this many bytes. 200 M tokens from a loopback SeaweedFS: 799 requests -> ~250,
-#: 66-75 -> 80-106 Mtok/s (noisy, shared cores), +~90 MB peak RSS.
+#: spanning up to this many bytes: fewer, larger requests for a higher rate, at the cost of
+#: holding the early row groups longer (``benchmarks/loader_throughput.py --s3``).
 COALESCE_WINDOW = 128
 COALESCE_MAX_BYTES = 16 << 20
 
@@ -80,8 +80,8 @@ class PrefetchingWindows:
         self.coalesce_window = min(COALESCE_WINDOW, 8 * self.lookahead) if self.remote else 0
         if self.remote:
             # An object store answers a ranged GET in ~1-10 ms, most of it waiting: more
-            # requests in flight hide that (measured, 50 M tokens from a loopback SeaweedFS:
-            # 2 threads 49 Mtok/s, 8 threads 58-72 Mtok/s at the same CPU per token).
+            # requests in flight hide that at the same CPU per token
+            # (``benchmarks/loader_throughput.py --s3``).
             self.threads = max(self.threads, min(REMOTE_IN_FLIGHT, self.lookahead))
         self.wait_s = 0.0
         self.max_resident = 0  # most row groups held (decoded or in flight) at once
@@ -94,7 +94,7 @@ class PrefetchingWindows:
         self.wait_s += time.perf_counter() - t0
         return arr
 
-    def __iter__(self) -> Iterator[np.ndarray]:
+    def __iter__(self) -> Generator[np.ndarray, None, None]:
         # The loop below runs once per sample (~100,000 per 200 M tokens), so everything
         # per-sample that NumPy can do is done up front, and a sample inside one row group (all
         # but ~1 % of them at the default sizes) takes a short path with no allocation beyond

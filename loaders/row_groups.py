@@ -5,7 +5,8 @@ manifest format.
   ``tokens`` and ``first_group`` columns (4 bytes per row group, plus 8 per shard), verified
   against the manifest, through the local cache when one is set, once per rank.
 - The reads need where each row group's token column chunk is (``offset``, ``length``) and its
-  checksum (``digest``: the first 16 bytes of its sha256), and each shard's path, size and
+  checksum (``digest``: the first 16 bytes of its BLAKE3, or SHA-256 in older datasets), and
+  each shard's path, size and
   footer: :meth:`RowGroupIndex.locations` reads those columns on the first read, once per
   process (a DataLoader worker inherits them when they were read before it was started).
 
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from storage.index import (
     read_index,
     shard_paths,
 )
+from storage.process_local import ProcessLocal
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class Locations:
 
     offset: np.ndarray
     length: np.ndarray
-    digest: np.ndarray  # V16: a truncated sha256 per row group
+    digest: np.ndarray  # V16: a truncated BLAKE3 (or SHA-256) per row group
     paths: list[str]
     shard_bytes: np.ndarray
     footer_length: np.ndarray
@@ -78,9 +79,11 @@ class Locations:
         return size - length, size, digest_hex(self.footer_sha256, shard)
 
 
-class RowGroupIndex:
+class RowGroupIndex(ProcessLocal):
     """Where every row group starts in the global token stream, and (on first use) where its
     bytes are. Picklable: a DataLoader worker gets the arrays already read."""
+
+    _process_local = {"_lock": threading.Lock}
 
     def __init__(self, group_tokens: np.ndarray, first_group: np.ndarray, encoding: str,
                  locations: Locations | None = None, manifest: Manifest | None = None,
@@ -140,11 +143,3 @@ class RowGroupIndex:
                     self._locations = Locations.from_columns(cols, m.index.digest)
         return self._locations
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_lock"] = None
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()

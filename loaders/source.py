@@ -5,10 +5,13 @@ A :class:`Source` answers two questions, and nothing else:
 - *which* samples: ``lane_samples(epoch, lanes, lo, hi)``, the sample ids of lanes
   ``lo .. hi - 1`` of an epoch (``[hi - lo, lane_length(lanes)]``), a pure function of the
   source's plan (see :mod:`loaders.plan`); a rank or worker asks only for its own lanes.
-  A dataset also streams them (``lane_plan``: a range of columns at a time; see
-  :func:`rank_stream`), so a rank never needs its whole epoch in memory;
+  ``lane_plan`` gives the same lanes a range of columns at a time (see :func:`rank_stream`):
+  a dataset computes only those columns, so a rank never needs its whole epoch in memory;
 - *what* they hold: ``windows(samples)``, their token windows (``seq_len + 1`` each), in
-  order, read ahead.
+  order, read ahead; closing the iterator stops the read-ahead at once.
+
+Everything a caller uses is in the protocol: the loader never probes a source for optional
+methods.
 
 Ranks, workers, batches and progress are the loader's (:mod:`loaders.dataloader`); a source
 holds no position. :class:`DatasetSource` is one Shardflow dataset; a mixture of sources is
@@ -17,7 +20,7 @@ holds no position. :class:`DatasetSource` is one Shardflow dataset; a mixture of
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -28,12 +31,22 @@ from loaders.prefetch import PrefetchingWindows
 from loaders.reader import RowGroupIndex, TokenReader
 from loaders.settings import LoaderSettings
 from storage import Manifest, ReplicaSet
+from storage.process_local import ProcessLocal, none
+
+
+class Windows(Protocol):
+    """Token windows in order; the iterator is a generator, so ``close()`` stops its
+    read-ahead now rather than when garbage collection gets to it."""
+
+    def __iter__(self) -> Generator[np.ndarray, None, None]: ...
 
 
 @runtime_checkable
 class Source(Protocol):
     seq_len: int
     eos_id: int | None
+    #: the tokenizer's sha256 (sources mixed together must agree on it); None if unknown
+    tokenizer_sha256: str | None
     #: samples in one epoch of the source (before the lanes' padding)
     n_samples: int
 
@@ -46,7 +59,10 @@ class Source(Protocol):
     def lane_samples(self, epoch: int, lanes: int, lane_lo: int, lane_hi: int
                      ) -> np.ndarray: ...
 
-    def windows(self, samples: np.ndarray) -> Iterator[np.ndarray]: ...
+    def lane_plan(self, epoch: int, lanes: int, lane_lo: int, lane_hi: int
+                  ) -> plan.LaneColumns: ...
+
+    def windows(self, samples: np.ndarray) -> Windows: ...
 
     def metrics(self) -> dict[str, float]: ...
 
@@ -57,20 +73,13 @@ def rank_stream(source: Source, layout: plan.Layout, progress: plan.Progress,
     """This rank's samples still to come in the epoch of ``progress``, a chunk of global steps
     at a time (the same sequence as ``plan.sequence(source.lane_samples(...), ...)``).
 
-    ``lanes``: absolute lane range (default: the rank's). A source with ``lane_plan`` (a
-    dataset) generates only the chunk's columns; any other (a mixture: its per-lane slot
-    permutation is drawn whole) has its lanes materialised once and sliced.
+    ``lanes``: absolute lane range (default: the rank's). A dataset generates only the
+    chunk's columns; a mixture (its per-lane slot permutation is drawn whole) has its lanes
+    materialised once and sliced.
     """
     lo, hi = lanes if lanes is not None else layout.rank_lanes()
     m = source.lane_length(layout.lanes)
-    make = getattr(source, "lane_plan", None)
-    if make is not None:
-        columns = make(progress.epoch, layout.lanes, lo, hi).columns
-    else:
-        whole = source.lane_samples(progress.epoch, layout.lanes, lo, hi)
-
-        def columns(c0: int, c1: int) -> np.ndarray:
-            return whole[:, c0:c1]
+    columns = source.lane_plan(progress.epoch, layout.lanes, lo, hi).columns
     return plan.RankStream(columns, m, layout, progress, chunk_samples)
 
 
@@ -108,8 +117,11 @@ class GroupPlan:
                              lane_hi)
 
 
-class DatasetSource:
+class DatasetSource(ProcessLocal):
     """One dataset: its manifest, row-group index, plan and (per process) reader."""
+
+    #: open files and caches stay in the process that made them
+    _process_local = {"_reader": none}
 
     def __init__(self, url: str, settings: LoaderSettings, *,
                  storage_options: dict[str, Any] | None = None,
@@ -125,6 +137,7 @@ class DatasetSource:
                                           replica_options)
         self.manifest = manifest or self.store.read_manifest()
         self.eos_id = self.manifest.eos_id
+        self.tokenizer_sha256: str | None = self.manifest.tokenizer.sha256
         if settings.return_position_ids and self.eos_id is None:
             raise ValueError("position_ids need the tokenizer's EOS id; the manifest has none")
         # The plan's column of the index (v2; a v1 manifest's inline shards otherwise), once,
@@ -183,8 +196,3 @@ class DatasetSource:
             "cache_misses": float(cache.misses if cache else 0),
             "cache_corrupt": float(cache.corrupt if cache else 0),
         }
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_reader"] = None  # open files and caches stay in the process that made them
-        return state

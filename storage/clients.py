@@ -1,9 +1,9 @@
 """The S3 read client: ranged GETs through ``obstore`` (Rust ``object_store``) behind fsspec.
 
-Why: on a loopback SeaweedFS with 2 cores, a 512 KiB ranged GET through s3fs/aiobotocore cost
-3.7 CPU-s per GB (162 MB/s with 2 threads), through ``obstore`` 0.93 CPU-s/GB (256 MB/s); at
-4 MiB, 1.0 vs 0.68 CPU-s/GB (753 vs 940 MB/s). Importing s3fs + aiobotocore alone takes ~0.5 s
-of a loader's first batch; ``obstore`` ~0.02 s.
+Why: on the ranged GETs a loader issues, ``obstore`` costs less CPU per GB than
+s3fs/aiobotocore (several times less on small ranges) at a higher rate, and importing s3fs +
+aiobotocore would take a large part of a loader's first batch
+(``benchmarks/storage_read.py --clients``; figures in benchmarks/README.md).
 
 How: :func:`storage.urls.resolve` gives an ``s3://`` location an :class:`ObstoreS3FileSystem`
 as its ``fs``. It answers ``cat_file`` (whole objects and byte ranges) and :meth:`read_range`
@@ -33,6 +33,8 @@ import re
 import threading
 from datetime import timedelta
 from typing import Any
+
+from storage.process_local import ProcessLocal, none
 
 #: ``auto`` (obstore when importable and the options allow), ``obstore`` or ``s3fs``
 CLIENT_ENV = "SHARDFLOW_S3_CLIENT"
@@ -195,7 +197,7 @@ def map_error(exc: BaseException, what: str) -> BaseException:
     return exc
 
 
-class ObstoreS3FileSystem:
+class ObstoreS3FileSystem(ProcessLocal):
     """An s3fs filesystem whose reads go through ``obstore``; see the module docstring.
 
     Picklable (DataLoader workers): the ``obstore`` stores and the s3fs filesystem are made
@@ -203,6 +205,12 @@ class ObstoreS3FileSystem:
     """
 
     protocol = ("s3", "s3a")
+    #: Pickled without the s3fs instance: the copy takes its process's own from fsspec's
+    #: instance cache. Kept, it looked inherited from another process to the copy (whose pid
+    #: differs), which then built a fresh s3fs and S3 client for every unpickling, i.e. in
+    #: every Dask task of a pipeline writing to S3.
+    _process_local = {"_stores": dict, "_lock": threading.Lock, "_pid": none, "_fs": none,
+                      "_fs_pid": none}
 
     def __init__(self, url: str, storage_options: dict[str, Any], settings: dict[str, Any],
                  fs: Any = None) -> None:
@@ -213,19 +221,6 @@ class ObstoreS3FileSystem:
         self._fs_pid = os.getpid() if fs is not None else None
         self._stores: dict[str, Any] = {}
         self._pid = os.getpid()
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Without the s3fs instance: the copy takes its process's own from fsspec's instance
-        # cache. Kept, it looked inherited from another process to the copy (whose pid
-        # differs), which then built a fresh s3fs and S3 client, ~0.2-0.7 s, for every
-        # unpickling: every Dask task of a pipeline writing to S3 paid it.
-        state = self.__dict__.copy()
-        state.update(_stores={}, _lock=None, _pid=None, _fs=None, _fs_pid=None)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
         self._lock = threading.Lock()
 
     # -- the s3fs filesystem, for everything but reads ------------------------------------

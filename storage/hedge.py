@@ -22,6 +22,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+from storage.process_local import ProcessLocal
+
 T = TypeVar("T")
 
 #: threads shared by every replica set of the process; a hung replica holds one per abandoned
@@ -29,8 +31,10 @@ T = TypeVar("T")
 POOL_THREADS = 32
 
 
-class LatencyTracker:
+class LatencyTracker(ProcessLocal):
     """Recent latencies of successful reads -> how long to wait before hedging."""
+
+    _process_local = {"_lock": threading.Lock}
 
     def __init__(self, window: int = 64, factor: float = 4.0, floor_s: float = 0.3,
                  cap_s: float = 1.5, min_samples: int = 5) -> None:
@@ -39,15 +43,6 @@ class LatencyTracker:
         self.factor, self.floor_s, self.cap_s = factor, floor_s, cap_s
         self.min_samples = min_samples
         self._recent: deque[float] = deque(maxlen=window)
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
         self._lock = threading.Lock()
 
     def record(self, seconds: float) -> None:

@@ -28,7 +28,7 @@ def test_batches_are_the_windows_widened_exactly(specs, data) -> None:  # type: 
     sizes.append(0)  # an empty part at the end, as a DataLoader worker may have
     samples = rng.integers(0, 1000, len(windows))
     fmt = BatchFormat(SEQ, return_sample_id=True)
-    got = list(batches(fmt, samples, iter(windows), sizes))
+    got = list(batches(fmt, samples, (w for w in windows), sizes))
     assert [len(b["input_ids"]) for b in got] == sizes
     lo = 0
     for batch, size in zip(got, sizes, strict=True):

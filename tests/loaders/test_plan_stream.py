@@ -111,7 +111,7 @@ def test_a_resume_does_not_generate_the_earlier_columns() -> None:
 
 
 class _Materialised:
-    """A source with lanes but no ``lane_plan`` (as a mixture): streamed from its lanes."""
+    """A source whose lanes are drawn whole (as a mixture's): streamed from them."""
 
     def __init__(self, group: object) -> None:
         self.group = group
@@ -122,8 +122,11 @@ class _Materialised:
     def lane_samples(self, epoch: int, lanes: int, lo: int, hi: int) -> np.ndarray:
         return self.group.lane_samples(epoch, lanes, lo, hi)  # type: ignore[attr-defined]
 
+    def lane_plan(self, epoch: int, lanes: int, lo: int, hi: int) -> plan.WholeLanes:
+        return plan.WholeLanes(self.lane_samples(epoch, lanes, lo, hi))
 
-def test_rank_stream_of_a_source_with_and_without_lane_plan() -> None:
+
+def test_rank_stream_of_a_source_by_column_and_drawn_whole() -> None:
     from loaders.settings import LoaderSettings
     from loaders.source import GroupPlan, rank_stream
 
