@@ -10,6 +10,7 @@ import os
 import sys
 from typing import Any
 
+from storage.degraded import describe as describe_degraded
 from storage.gc import DEFAULT_MIN_AGE_S, GcError, collect
 from storage.manifest import DatasetNotFoundError, ManifestError
 from storage.replica_config import ReplicaConfig, load_replica_config
@@ -111,12 +112,18 @@ def build_parser() -> argparse.ArgumentParser:
         description="Check, repair, list, garbage-collect and upgrade replicated Shardflow "
                     "datasets.")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, text in (("verify", "check every object of the manifest on every replica; "
-                                  "exit 1 when anything is missing or corrupt"),
-                       ("repair", "re-copy missing or corrupt objects from a good replica; "
-                                  "idempotent"),
+    for name, text in (("verify", "check every replica against the newest committed version (the "
+                                  "highest _versions/ sequence whose manifest and index "
+                                  "verify): every object as a reader uses it (sizes, "
+                                  "checksums, row-group digests, footers, index values), "
+                                  "streamed in bounded memory, manifest.json, its record and "
+                                  "open degraded-write markers; exit 1 when anything is wrong"),
+                       ("repair", "move every replica forward to the newest committed version: "
+                                  "re-copy missing or corrupt objects from a good replica, "
+                                  "then manifest.json; never rolls a replica back; idempotent"),
                        ("inspect", "list the dataset's versions (sequence, manifest sha256, "
-                                   "shards, tokens, commit time) and which one is current"),
+                                   "shards, tokens, commit time), which one is current, and "
+                                   "any degraded write a replica missed"),
                        ("gc", "remove version records older than the last --keep N and every "
                               "object under shards/, quarantine/ and tokenizer files that no "
                               "kept version or the current manifest.json names and that is "
@@ -163,10 +170,15 @@ def main(argv: list[str] | None = None) -> int:
             print(upgrade(store, sys.stderr).render())
             return 0
         if args.command == "inspect":
-            print(render_history(history(store)))
+            entries = history(store)
+            print(render_history(entries))
+            tags = {e.version.tag: e.version.sequence for e in entries if e.version}
+            for line in describe_degraded(store, tags):
+                print(line)
             return 0
-        manifest = store.read_manifest()
-        report = verify(store, manifest) if args.command == "verify" else repair(store, manifest)
+        # Which version is current is the history's decision (storage.newest), not the first
+        # replica's manifest: a replica that missed a commit must not be taken as the truth.
+        report = verify(store) if args.command == "verify" else repair(store)
     except (DatasetNotFoundError, ManifestError, ReplicaError, GcError, UpgradeError,
             ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)

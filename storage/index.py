@@ -41,7 +41,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from storage.checksums import PIECE_DIGEST, SHA256
-from storage.layout import index_name, safe_relative
+from storage.layout import UnsafePathError, index_name, safe_relative
 from storage.manifest import (
     FORMAT_V2,
     IndexRef,
@@ -174,18 +174,42 @@ class IndexHeader:
 
     @classmethod
     def from_raw(cls, raw: bytes, header_sha256: str | None = None) -> IndexHeader:
-        """From the header's JSON bytes alone (what ``header_sha256`` is the checksum of)."""
+        """From the header's JSON bytes alone (what ``header_sha256`` is the checksum of).
+
+        Every field is checked here (types, ranges, each column's dtype is the one the format
+        fixes), so a crafted header fails with one :class:`IndexFormatError` naming the field
+        instead of a numpy error later."""
         if header_sha256 is not None and hashlib.sha256(raw).hexdigest() != header_sha256:
             raise IndexFormatError("index header checksum differs from the manifest's")
         try:
             h = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
             raise IndexFormatError(f"index header is not JSON ({exc})") from None
+        if not isinstance(h, dict):
+            raise IndexFormatError("index header is not a JSON object")
         if h.get("format") != FORMAT:
             raise IndexFormatError(f"index format {h.get('format')!r}, expected {FORMAT!r}")
+        columns = h.get("columns")
+        if not isinstance(columns, dict):
+            raise IndexFormatError("index header field 'columns' is not an object")
+        for name, dtype in {**GROUP_COLUMNS, **SHARD_COLUMNS}.items():
+            c = columns.get(name)
+            if not isinstance(c, dict):
+                raise IndexFormatError(f"index header: column {name!r} is missing")
+            if c.get("dtype") != dtype:
+                raise IndexFormatError(f"index header: column {name!r} has dtype "
+                                       f"{c.get('dtype')!r}, expected {dtype!r}")
+            for key in ("offset", "bytes"):
+                _count_field(c.get(key), f"columns.{name}.{key}")
+            if int(c["bytes"]) % np.dtype(dtype).itemsize:
+                raise IndexFormatError(f"index header: columns.{name}.bytes = {c['bytes']} is "
+                                       f"not a multiple of the {dtype} item size")
+            if not isinstance(c.get("sha256"), str):
+                raise IndexFormatError(f"index header: columns.{name}.sha256 is not a string")
         start = 16 + len(raw)
         start += -start % _ALIGN
-        return cls(int(h["row_groups"]), int(h["shards"]), dict(h["columns"]), start)
+        return cls(_count_field(h.get("row_groups"), "row_groups"),
+                   _count_field(h.get("shards"), "shards"), dict(columns), start)
 
     def span(self, name: str) -> tuple[int, int]:
         c = self.columns[name]
@@ -193,10 +217,86 @@ class IndexHeader:
         return lo, lo + int(c["bytes"])
 
     def decode(self, name: str, data: bytes) -> np.ndarray:
+        """Column ``name`` from its bytes: checksum, then length (rows of its table)."""
         c = self.columns[name]
         if hashlib.sha256(data).hexdigest() != c["sha256"]:
             raise IndexFormatError(f"index column {name!r} checksum mismatch")
-        return np.frombuffer(data, dtype=c["dtype"])
+        arr = np.frombuffer(data, dtype=c["dtype"])
+        want = {**dict.fromkeys(GROUP_COLUMNS, self.row_groups),
+                **dict.fromkeys(SHARD_COLUMNS, self.shards),
+                "first_group": self.shards + 1, "path_end": self.shards + 1}.get(name)
+        if name != "paths" and want is not None and len(arr) != want:
+            raise IndexFormatError(f"index column {name!r} has {len(arr)} values, the header "
+                                   f"says {want}")
+        return arr
+
+
+def _count_field(value: Any, name: str) -> int:
+    """A non-negative integer field of the header (JSON ``true`` is not one)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 63:
+        raise IndexFormatError(f"index header field {name!r} is {value!r}, not a count")
+    return value
+
+
+def check_values(cols: dict[str, np.ndarray], where: str = "index") -> None:
+    """The values a reader relies on are in range, for whichever columns are at hand.
+
+    A crafted index whose checksums were recomputed passes every checksum; these checks make
+    it fail with one :class:`IndexFormatError` naming the column and the first bad row,
+    instead of a numpy error (or a silently wrong read) in the loader:
+
+    - ``first_group``: starts at 0, never decreases, ends at the number of row groups;
+    - ``path_end``: starts at 0, never decreases, ends at the length of ``paths``; each path
+      is UTF-8 and stays inside the dataset root;
+    - ``footer_length`` fits in ``shard_bytes``; each row group's ``offset + length`` lies in
+      its shard before the footer.
+    """
+    def bad(name: str, i: int, text: str) -> IndexFormatError:
+        return IndexFormatError(f"{where}: {name}[{i}] {text}")
+
+    def monotonic(name: str, end: int | None) -> np.ndarray:
+        v = cols[name].astype(np.uint64)
+        if len(v) == 0:
+            raise bad(name, 0, "is missing (the column is empty)")
+        if int(v[0]) != 0:
+            raise bad(name, 0, f"= {int(v[0])}, must be 0")
+        down = np.flatnonzero(v[1:] < v[:-1])
+        if len(down):
+            i = int(down[0]) + 1
+            raise bad(name, i, f"= {int(v[i])} is less than the value before it")
+        if end is not None and int(v[-1]) != end:
+            raise bad(name, len(v) - 1, f"= {int(v[-1])}, must be {end}")
+        return v
+
+    groups = next((len(cols[n]) for n in GROUP_COLUMNS if n in cols), None)
+    first = monotonic("first_group", groups) if "first_group" in cols else None
+    if "path_end" in cols:
+        monotonic("path_end", len(cols["paths"]) if "paths" in cols else None)
+        if "paths" in cols:
+            try:
+                shard_paths(cols)
+            except UnicodeDecodeError as exc:
+                raise IndexFormatError(f"{where}: paths is not UTF-8 ({exc})") from None
+            except UnsafePathError as exc:
+                raise IndexFormatError(f"{where}: paths: {exc}") from None
+    if "shard_bytes" in cols and "footer_length" in cols:
+        size = cols["shard_bytes"].astype(np.uint64)
+        over = np.flatnonzero(cols["footer_length"].astype(np.uint64) > size)
+        if len(over):
+            raise bad("footer_length", int(over[0]), f"= {int(cols['footer_length'][over[0]])}"
+                      f" exceeds the shard's {int(size[over[0]])} bytes")
+    if first is not None and {"offset", "length", "shard_bytes"} <= set(cols):
+        counts = np.diff(first.astype(np.int64))
+        limit = cols["shard_bytes"].astype(object)
+        if "footer_length" in cols:
+            limit = limit - cols["footer_length"].astype(object)
+        limit = np.repeat(limit, counts)
+        end = cols["offset"].astype(object) + cols["length"].astype(object)
+        past = np.flatnonzero(end > limit)
+        if len(past):
+            i = int(past[0])
+            raise bad("offset", i, f"+ length = {end[i]} runs past the end of its shard's "
+                      f"row groups ({limit[i]} bytes)")
 
 
 HEAD_GUESS = 4096  # one read gets the magic, length and (all but huge) headers
@@ -233,8 +333,10 @@ def shard_paths(columns: dict[str, np.ndarray]) -> list[str]:
 WHOLE_OBJECT_BYTES = 4 << 20
 #: the columns a loader needs: the plan (``tokens``), and where each row group and footer is
 LOADER_PLAN_COLUMNS = ("tokens", "first_group")
-LOADER_READ_COLUMNS = ("offset", "length", "digest", "shard_bytes", "shard_sha256",
-                       "footer_length", "footer_sha256", "path_end", "paths")
+#: (``first_group`` again, 8 bytes per shard: without it the row groups' byte ranges could
+#: not be checked against their shard's size, see :func:`check_values`)
+LOADER_READ_COLUMNS = ("first_group", "offset", "length", "digest", "shard_bytes",
+                       "shard_sha256", "footer_length", "footer_sha256", "path_end", "paths")
 
 
 class PieceCache(Protocol):
@@ -308,7 +410,9 @@ def fetch_columns(store: ReplicaSet, ref: IndexRef, names: Sequence[str],
     if ref.bytes <= WHOLE_OBJECT_BYTES:
         data = _through(cache, ref.sha256, lambda: store.get(ref.path, sha256=ref.sha256))
         cols = read_index(data, ref.header_sha256)
-        return {name: cols[name] for name in names}
+        out = {name: cols[name] for name in names}
+        check_values(out, ref.path)
+        return out
     raw = _through(cache, ref.header_sha256, lambda: _fetch_header(store, ref))
     header = IndexHeader.from_raw(raw, ref.header_sha256)
     out = {}
@@ -320,6 +424,7 @@ def fetch_columns(store: ReplicaSet, ref: IndexRef, names: Sequence[str],
         data = b"" if hi == lo else _through(cache, c["sha256"], lambda lo=lo, hi=hi, c=c:
                                              store.get(ref.path, c["sha256"], lo, hi))
         out[name] = header.decode(name, data)
+    check_values(out, ref.path)
     return out
 
 

@@ -20,7 +20,6 @@ the replicas, and a write that met the quorum but missed a replica leaves a mark
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 import threading
 import time
@@ -30,14 +29,14 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from storage import hedge
+from storage import degraded, hedge
 from storage.checksums import digest_bytes
 from storage.layout import MANIFEST, UnsafePathError
 from storage.manifest import DatasetNotFoundError, Manifest, ManifestError, write_atomic
 from storage.retry import THROTTLE, TRANSIENT, Backoff, classify, is_throttle
 from storage.urls import Location, display_url, resolve, write_deadline_s
 
-DEGRADED_DIR = "_degraded"
+DEGRADED_DIR = degraded.DEGRADED_DIR
 T = TypeVar("T")
 
 
@@ -477,7 +476,7 @@ class ReplicaSet:
             raise QuorumError(f"write of {relative} reached {len(ok)} of {len(self.replicas)} "
                               f"replicas, quorum is {self.write_quorum}: {detail}")
         if failed:
-            self._record_degraded(relative, ok, failed)
+            self._record_degraded(relative, digest_bytes(data), ok, failed)
         return [r.name for r in failed]
 
     def _write_with_retries(self, replica: Replica, relative: str, data: bytes,
@@ -504,15 +503,14 @@ class ReplicaSet:
                     continue
                 raise
 
-    def _record_degraded(self, relative: str, ok: list[Replica], failed: list[Replica]) -> None:
-        marker = json.dumps({"path": relative, "missing": [r.index for r in failed]},
-                            sort_keys=True).encode()
-        name = f"{DEGRADED_DIR}/{digest_bytes(relative.encode())[:20]}.json"
-        for replica in ok:
-            try:
-                write_atomic(replica.loc, name, marker)
-            except Exception as exc:  # the scrub in `repair` still finds the gap
-                self._mark_failed(replica, exc)
+    def _record_degraded(self, relative: str, sha256: str, ok: list[Replica],
+                         failed: list[Replica]) -> None:
+        """Leave a marker (:mod:`storage.degraded`) on the replicas written: which object,
+        which bytes, which replicas missed it (by URL, so any admin ordering finds them)."""
+        by_loc = {id(r.loc): r for r in ok}
+        for loc, exc in degraded.record([r.loc for r in ok], relative, sha256,
+                                        [(r.index, r.loc.url) for r in failed]):
+            self._mark_failed(by_loc[id(loc)], exc)  # the scrub in `repair` still finds the gap
 
     def delete(self, relative: str) -> None:
         """Remove an object from every replica that is reachable (missing is fine)."""

@@ -94,6 +94,25 @@ def store_versions(store: ReplicaSet) -> list[Version]:
     raise OSError("cannot list versions on any replica: " + "; ".join(errors))
 
 
+def union_versions(store: ReplicaSet) -> list[Version]:
+    """The version records of every replica that can be listed, merged (oldest first).
+
+    A record write that missed a replica leaves that replica's history short; numbering the
+    next version from it alone would give two different manifests the same sequence. Raises
+    like :func:`store_versions` when no replica can be listed."""
+    found: dict[tuple[int, str], Version] = {}
+    errors = []
+    for replica in store.read_order():
+        try:
+            for v in list_versions(replica.loc):
+                found.setdefault((v.sequence, v.tag), v)
+        except Exception as exc:
+            errors.append(f"{replica.name}: {type(exc).__name__}: {exc}"[:300])
+    if errors and len(errors) == len(store.replicas):
+        raise OSError("cannot list versions on any replica: " + "; ".join(errors))
+    return sorted(found.values(), key=lambda v: (v.sequence, v.tag))
+
+
 def manifest_tag(data: bytes) -> str:
     return digest_bytes(data)[:NAME_HASH]
 
@@ -119,11 +138,17 @@ def commit(store: ReplicaSet, manifest: Manifest, log: TextIO | None = None) -> 
     protection of a version superseded moments ago, cover it too. Returns the new record, or
     ``None`` when the manifest is the latest version's already. A failure to record is
     reported on ``log`` and not raised: the dataset *is* committed; the next commit records it.
+
+    A swap that met the write quorum but missed a replica is reported on ``log`` as one
+    warning line naming the replicas (they keep serving the previous version to readers that
+    try them first until ``python -m storage repair`` moves them forward); the put left a
+    ``_degraded/`` marker saying so. Versions are numbered from the records of every replica
+    (:func:`union_versions`), so a replica that missed a record cannot make a number repeat.
     """
     data = manifest.to_json().encode("utf-8")
     history: list[Version] | None = None
     try:
-        history = store_versions(store)
+        history = union_versions(store)
         live = store.get(MANIFEST)
         if manifest_tag(live) not in {v.tag for v in history}:
             _record(store, history, live)
@@ -131,12 +156,18 @@ def commit(store: ReplicaSet, manifest: Manifest, log: TextIO | None = None) -> 
         pass  # the first commit
     except OSError as exc:
         _warn(log, f"the live version could not be recorded before the swap: {exc}")
-    store.put(MANIFEST, data)  # the commit: what readers see changes here and only here
+    missed = store.put(MANIFEST, data)  # the commit: what readers see changes here and only here
     try:
-        return _record(store, store_versions(store) if history is None else history, data)
+        recorded = _record(store, union_versions(store) if history is None else history, data)
     except OSError as exc:
         _warn(log, f"committed, but the version record was not written: {exc}")
-        return None
+        recorded = None
+    if missed:
+        what = f"version {recorded.sequence}" if recorded else "the new manifest"
+        _warn(log, f"degraded commit: {', '.join(missed)} missed {MANIFEST} of {what} "
+                   f"({len(store.replicas) - len(missed)} of {len(store.replicas)} replicas "
+                   "written); run python -m storage repair")
+    return recorded
 
 
 def _warn(log: TextIO | None, message: str) -> None:
