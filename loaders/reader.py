@@ -2,8 +2,10 @@
 
 The per-row-group token counts (:class:`loaders.row_groups.RowGroupIndex`: arrays from the
 dataset's binary index, or a v1 manifest's inline shards) map any token offset to (shard, row
-group) without opening a file. A row group is fetched as exactly one ranged GET of its token
-column chunk, through ``storage``'s replica set (failover, back-off), and checked against the
+group) without opening a file. A row group's token column chunk is fetched with a ranged GET,
+together with its neighbours in the same shard that the plan uses soon when the store is remote
+(one request per unit of :mod:`loaders.coalesce`), through ``storage``'s replica set (failover,
+back-off, hedging); each row group is checked against the
 index's digest (the first 16 bytes of its BLAKE3, or of its SHA-256 in older datasets:
 :mod:`storage.checksums`) before it is decoded; the shard's footer is fetched and checked (full
 SHA-256) once per reader.
@@ -15,8 +17,8 @@ A shard on a local replica is memory-mapped (:class:`MappedShards`) instead of r
 is verified in place and pyarrow decodes it straight from the mapping. A piece held in memory
 is decoded through :class:`_RangeFile`, a Python file object, and pyarrow calls back into
 Python for its bytes: a hand-off to Arrow's I/O thread and a GIL acquisition per row group,
-which on a loaded host cost ~0.8 CPU-s per billion tokens and ~14 % of the rate (measured,
-100 M tokens, 2 cores: 6.8 -> 6.0 CPU-s/Gtok, 220 -> 253 Mtok/s).
+which on a loaded host cost a noticeable share of the rate (``benchmarks/loader_throughput.py``;
+figures in benchmarks/README.md).
 """
 
 from __future__ import annotations

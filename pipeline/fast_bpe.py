@@ -17,11 +17,12 @@ A batch the fast encoder raises on is encoded again by HF, so errors are HF's to
 and therefore the shards and the manifest, are the same whichever library ran; setting
 ``SHARDFLOW_TOKENIZER_ENGINE=hf`` forces HF (a comparison, or a way around a bad fast path).
 
-Why ``fastokens`` (0.3.x): on this project's 2-core machine it encodes GPT-2 on one thread
-about 20-40x faster than ``Tokenizer.encode_batch_fast`` and 5x faster than ``tiktoken``, with
-identical ids on every test here, and it reads ``tokenizer.json`` itself, merges and all, so no
-vocabulary conversion can drift (README, "Tokenizing"). ``encode_batch_flat`` returns one
-buffer of ids plus offsets: no Python object per token or per document.
+Why ``fastokens`` (0.3.x): on one thread it encodes GPT-2 many times faster than
+``Tokenizer.encode_batch_fast`` on all cores, and faster than ``tiktoken``, with identical ids on
+every test here (``benchmarks/pipeline_throughput.py``; figures in benchmarks/README.md), and it
+reads ``tokenizer.json`` itself, merges and all, so no vocabulary conversion can drift.
+``encode_batch_flat`` returns one buffer of ids plus offsets: no Python object per token or per
+document.
 """
 
 from __future__ import annotations

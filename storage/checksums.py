@@ -6,11 +6,10 @@ what S3 itself offers as an additional checksum, so a value can be cross-checked
 store without re-reading.
 
 Row-group pieces (what a loader verifies on every read, every epoch): BLAKE3, as
-collision-resistant, and 2.5x faster than SHA-256 on one core here (4.4 vs 1.8 GB/s on 0.6 MB
-pieces of real compressed token bytes, SHA-NI present; ``benchmarks/checksums.py``). At ~1.1
-bytes per GPT-2 token, SHA-256 cost a local-disk loader 0.61 CPU-s per billion tokens, more
-than reading the bytes; BLAKE3 costs 0.25. Non-cryptographic checksums (xxh3 23 GB/s, crc32c
-11 GB/s) would be cheaper still, but
+collision-resistant and markedly cheaper per byte than SHA-256 (even with SHA-NI), whose
+cost per token was more than a local-disk loader spent reading the bytes
+(``benchmarks/checksums.py``; figures in benchmarks/README.md). Non-cryptographic checksums
+(xxh3, crc32c) would be cheaper still, but
 a piece digest is also what a replica's bytes are trusted by, and one that can be matched by
 design would let a tampered replica feed chosen tokens to a trainer. The manifest names the
 algorithm (``index.digest``); datasets written before carry SHA-256 prefixes and still load.
