@@ -44,7 +44,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 from storage import Location, resolve
 from storage.urls import S3_DEFAULTS, s3_options_from_env
-from trainer.safe_metadata import UnsafeCheckpointError, load_metadata
+from trainer.safe_metadata import UnsafeCheckpointError, load_metadata, read_capped
 
 FORMAT_VERSION = 1
 COMPLETE = "COMPLETE"
@@ -73,7 +73,7 @@ class _SafeMetadataMixin:
 
         path = self._get_metadata_path(kwargs.get("rank"))  # type: ignore[attr-defined]
         with self.fs.create_stream(path, "rb") as f:
-            metadata = load_metadata(f.read(), str(path))
+            metadata = load_metadata(read_capped(f, str(path)), str(path))
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id
@@ -356,7 +356,8 @@ def load_checkpoint(url: str, model: nn.Module, optimizer: torch.optim.Optimizer
                               f"expected {FORMAT_VERSION}")
     try:  # DCP reads it again (safely too), but would bury this error in a collective's
         with loc.fs.open(loc.path(".metadata"), "rb") as f:
-            load_metadata(f.read(), loc.child_url(".metadata"))
+            source = loc.child_url(".metadata")
+            load_metadata(read_capped(f, source), source)
     except UnsafeCheckpointError as exc:
         raise CheckpointError(str(exc)) from None
     except FileNotFoundError:

@@ -11,24 +11,27 @@ with the admitted names is bounded too: the classes are plain data holders, the 
 result must be a :class:`~torch.distributed.checkpoint.metadata.Metadata` whose storage
 entries name plain files inside the checkpoint directory.
 
-Memory is bounded before anything is unpickled: CPython's unpickler grows its memo table to
-twice the largest index a ``PUT`` names and zero-fills it, so a 14-byte pickle naming index
-1.5 G asks for ~24 GB (the test suite's fuzzer found this: a flipped bit in a real file got the
-test process OOM-killed). :func:`_check_opcodes` walks the opcodes first (``pickletools``,
-which parses and executes nothing) and admits only memo indices a pickler would write: each
-store takes the next index, each fetch names one already stored.
+Time, stack and memory are bounded before anything is unpickled: the file is at most
+:data:`MAX_METADATA_BYTES`, and :func:`trainer.pickle_guard.check_pickle` walks its opcodes
+(``pickletools``, which parses and executes nothing) and refuses memo DAGs whose hashing is
+exponential, nesting that would overflow the C stack, memory out of proportion to the file,
+memo indices out of sequence (CPython zero-fills a memo table of twice the largest index: the
+fuzz test once got OOM-killed on 14 bytes), and ``BUILD`` on anything but a fresh instance of
+DCP's metadata dataclasses (:data:`BUILDABLE`): ``BUILD`` on an admitted class or function
+would change process-wide state (``PosixPath.__truediv__``) even when the load is refused.
 """
 
 from __future__ import annotations
 
 import io
 import pickle
-import pickletools
 import re
 from typing import Any
 
 import torch
 from torch.distributed.checkpoint.metadata import Metadata
+
+from trainer.pickle_guard import PickleBombError, check_pickle
 
 _DCP = "torch.distributed.checkpoint.metadata"
 #: Exactly the globals DCP's metadata pickles refer to (torch 2.4-2.13), nothing else.
@@ -45,12 +48,34 @@ ALLOWED_GLOBALS: frozenset[tuple[str, str]] = frozenset({
 }) | frozenset(("torch", name) for name, value in vars(torch).items()
                if isinstance(value, torch.dtype))
 
+#: The classes whose instances ``BUILD`` may set the state of: DCP's metadata dataclasses, never
+#: a class or function object (BUILD on ``PosixPath`` itself would rewrite its methods).
+BUILDABLE: frozenset[tuple[str, str]] = frozenset({
+    (_DCP, "Metadata"), (_DCP, "MetadataIndex"), (_DCP, "StorageMeta"),
+    (_DCP, "TensorProperties"), (_DCP, "TensorStorageMetadata"),
+    (_DCP, "BytesStorageMetadata"), (_DCP, "ChunkStorageMetadata"),
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+})
+
+#: Largest ``.metadata`` read (and so the most a hostile one can make every rank allocate:
+#: :mod:`trainer.pickle_guard` admits ~48 bytes of objects per byte). DCP writes ~140 bytes per
+#: tensor chunk (measured: a 1B-parameter GPT with AdamW, FSDP over 64 ranks, 27,840 chunks:
+#: 3.8 MB), so 256 MiB holds ~1.9 M chunks: a 70B model with AdamW sharded over ~850 ranks.
+MAX_METADATA_BYTES = 256 << 20
+
 #: What a storage entry may name: a file directly in the checkpoint directory.
 _PLAIN_FILE = re.compile(r"^(?!\.\.?$)[A-Za-z0-9_.-]{1,255}$")
 
 
 class UnsafeCheckpointError(pickle.UnpicklingError):
     """A checkpoint's metadata asks for something a checkpoint never needs."""
+
+
+def _admit(module: str, name: str, source: str) -> None:
+    if (module, name) not in ALLOWED_GLOBALS:
+        raise UnsafeCheckpointError(
+            f"{source}: refers to {module!r}.{name!r}, which a checkpoint never needs; "
+            "refusing to load it")
 
 
 class MetadataUnpickler(pickle.Unpickler):
@@ -61,10 +86,7 @@ class MetadataUnpickler(pickle.Unpickler):
         self.source = source
 
     def find_class(self, module: str, name: str) -> Any:
-        if (module, name) not in ALLOWED_GLOBALS:
-            raise UnsafeCheckpointError(
-                f"{self.source}: refers to {module!r}.{name!r}, which a checkpoint never needs; "
-                "refusing to load it")
+        _admit(module, name, self.source)
         return super().find_class(module, name)
 
     def persistent_load(self, pid: Any) -> Any:
@@ -84,31 +106,15 @@ def _check_storage(metadata: Metadata, source: str) -> None:
             raise UnsafeCheckpointError(f"{source}: storage entry with a bad byte range")
 
 
-_STORES = {"PUT", "BINPUT", "LONG_BINPUT"}
-_FETCHES = {"GET", "BINGET", "LONG_BINGET"}
-
-
-def _check_opcodes(data: bytes, source: str) -> None:
-    """Refuse memo indices out of sequence (see the module doc) and anything ``pickletools``
-    cannot parse, before the unpickler allocates for them."""
-    stored = 0
-    try:
-        for op, arg, _pos in pickletools.genops(io.BytesIO(data)):
-            if op.name == "MEMOIZE":
-                stored += 1
-            elif op.name in _STORES:
-                if not isinstance(arg, int) or arg > stored:
-                    raise UnsafeCheckpointError(
-                        f"{source}: memo index {arg} out of sequence (next is {stored}); "
-                        "refusing to load it")
-                stored = max(stored, arg + 1)
-            elif op.name in _FETCHES and (not isinstance(arg, int) or arg >= stored):
-                raise UnsafeCheckpointError(f"{source}: fetches memo index {arg}, never stored")
-    except UnsafeCheckpointError:
-        raise
-    except Exception as exc:  # malformed opcodes or arguments
-        raise UnsafeCheckpointError(f"{source}: unreadable DCP metadata "
-                                    f"({type(exc).__name__}: {exc})"[:500]) from None
+def read_capped(f: Any, source: str, limit: int = MAX_METADATA_BYTES) -> bytes:
+    """At most ``limit`` bytes of the open file ``f``; :class:`UnsafeCheckpointError` if it
+    holds more (read no further than one byte past the cap: a 20 GB file costs nothing)."""
+    data = f.read(limit + 1)
+    if len(data) > limit:
+        raise UnsafeCheckpointError(
+            f"{source}: more than {limit:,} bytes, more than DCP metadata may take "
+            "(MAX_METADATA_BYTES); refusing to load it")
+    return bytes(data)
 
 
 def load_metadata(data: bytes, source: str = ".metadata") -> Metadata:
@@ -118,7 +124,14 @@ def load_metadata(data: bytes, source: str = ".metadata") -> Metadata:
     types for an admitted class, truncation) comes out as this one error type, naming
     ``source``.
     """
-    _check_opcodes(data, source)
+    if len(data) > MAX_METADATA_BYTES:
+        raise UnsafeCheckpointError(
+            f"{source}: {len(data):,} bytes, more than DCP metadata may take "
+            f"(MAX_METADATA_BYTES = {MAX_METADATA_BYTES:,}); refusing to load it")
+    try:
+        check_pickle(data, BUILDABLE, source, on_global=lambda m, n: _admit(m, n, source))
+    except PickleBombError as exc:
+        raise UnsafeCheckpointError(str(exc)) from None
     try:
         metadata = MetadataUnpickler(io.BytesIO(data), source).load()
     except UnsafeCheckpointError:

@@ -1,0 +1,390 @@
+"""Bounding what unpickling a pickle will cost, by walking its opcodes without running them.
+
+An allow-list of globals (:mod:`trainer.safe_metadata`) stops a pickle from *calling* anything
+dangerous, but unpickling with only harmless names can still hang or crash a process:
+
+* a dict key that is a tuple DAG (``t[i+1] = (t[i], t[i])`` through the memo) is a few hundred
+  bytes, yet hashing it visits ``2**64`` leaves: every rank spins forever;
+* a 1,000,000-deep nested tuple as a dict key makes ``hash`` recurse in C past the stack:
+  SIGSEGV;
+* ``BUILD`` is ``setattr``/``__dict__.update`` on whatever is below it on the stack: on an
+  admitted *class* or *function* (``pathlib.PosixPath``, ``torch.serialization._get_layout``)
+  it rewrites process-wide state (``PosixPath.__truediv__``) that outlives the refusal;
+* a few MB of ``EMPTY_SET`` opcodes become GBs of empty sets.
+
+:func:`check_pickle` simulates the unpickler's stack and memo on ``pickletools.genops``
+(which parses, never executes) and keeps, for every object, its nesting depth and its size
+*as a tree* (memo references counted every time they are used). It refuses, before anything
+is unpickled:
+
+* more than :data:`MAX_OPCODES` opcodes, or nesting deeper than :data:`MAX_DEPTH`;
+* more *work* than :data:`WORK_PER_OPCODE` per opcode: every time an object is put into another
+  one (or handed to a constructor), its tree size is added, which bounds every traversal the
+  unpickler can make (hashing a key, building ``torch.Size``) by a linear function of the file;
+* an estimated memory of more than :data:`MEMORY_PER_BYTE` times the file size (plus
+  :data:`MEMORY_SLACK`);
+* ``BUILD`` on anything but an instance of one of the ``buildable`` classes (DCP's metadata
+  dataclasses), and any change to a container or instance after it was put into another
+  object (which would make the sizes recorded above stale) — so also reference cycles;
+* ``APPEND``/``SETITEM``/``ADDITEMS`` on anything but a list / dict (or ``OrderedDict``) / set,
+  ``REDUCE``/``NEWOBJ`` on anything but a global, persistent ids, the extension registry and
+  out-of-band buffers, and memo indices out of sequence (CPython zero-fills a memo table of
+  twice the largest index named: 14 bytes could ask for 24 GB).
+
+The limits are far above what DCP writes (measured on real files: see the constants) and make
+the unpickler's time and memory linear in the file size, whatever the file.
+"""
+
+from __future__ import annotations
+
+import io
+import pickletools
+from collections.abc import Callable, Iterable
+
+#: Deepest nesting admitted. DCP metadata nests ~9 levels (``Metadata`` -> its state dict ->
+#: ``state_dict_metadata`` -> ``TensorStorageMetadata`` -> state -> ``chunks`` -> chunk ->
+#: state -> ``torch.Size`` -> args tuple); CPython's C recursion (hash, repr, ==) is safe far
+#: beyond 100, and crashes near 100,000.
+MAX_DEPTH = 100
+#: Most opcodes walked: every opcode is at least one byte, so the byte cap of the caller bounds
+#: it too; this bounds the walk for callers without one.
+MAX_OPCODES = 1 << 30
+#: Tree-size work admitted per opcode. Real DCP metadata needs ~3 (every object counted once
+#: per ancestor, ~9 levels, most opcodes memo bookkeeping); a tuple DAG needs ``2**levels``.
+WORK_PER_OPCODE = 64
+#: Work always admitted, so tiny files are not judged by their ratio alone.
+WORK_SLACK = 1 << 20
+#: Estimated bytes of Python objects admitted per byte of pickle. Real DCP metadata unpickles
+#: to ~10-20x its size (many small dataclass instances); an ``EMPTY_SET`` bomb to ~200x.
+MEMORY_PER_BYTE = 48
+#: Memory always admitted.
+MEMORY_SLACK = 64 << 20
+#: Saturation of tree sizes (Python ints are unbounded; a DAG's size is not worth computing).
+_HUGE = 1 << 62
+
+
+class PickleBombError(ValueError):
+    """A pickle whose unpickling would take unbounded time, stack or memory, or whose ``BUILD``
+    would change something other than a freshly made instance of an admitted class."""
+
+
+class _Node:
+    """What the walk knows of one object on the simulated stack or in the memo."""
+
+    __slots__ = ("kind", "depth", "size", "value", "cls", "captured", "items")
+
+    def __init__(self, kind: str, depth: int = 1, size: int = 1, value: str | None = None,
+                 cls: tuple[str, str] | None = None) -> None:
+        self.kind = kind  # leaf, str, tuple, list, dict, set, frozenset, global, instance
+        self.depth = depth
+        self.size = size
+        self.value = value  # a str constant's text (STACK_GLOBAL names a module and name so)
+        self.cls = cls  # a global's (module, name); an instance's class
+        self.captured = False  # put into another object: may no longer change
+        self.items = 0  # a container's items (what BUILD copies into ``__dict__``)
+
+
+_LEAVES = ("INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "FLOAT", "BINFLOAT",
+           "NONE", "NEWTRUE", "NEWFALSE", "EMPTY_TUPLE")
+_TEXT = ("STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "SHORT_BINUNICODE", "BINUNICODE",
+         "BINUNICODE8", "BINBYTES", "SHORT_BINBYTES", "BINBYTES8", "BYTEARRAY8")
+_NEVER = ("PERSID", "BINPERSID", "EXT1", "EXT2", "EXT4", "NEXT_BUFFER", "READONLY_BUFFER")
+#: Rough CPython sizes (64-bit) of what an opcode makes, per object and per item held
+#: (``sys.getsizeof`` plus the growth slack of lists, dicts and sets).
+_BASE_BYTES = {"leaf": 32, "str": 56, "tuple": 40, "list": 56, "dict": 64, "set": 216,
+               "frozenset": 216, "global": 0, "instance": 56}
+_ITEM_BYTES = {"tuple": 8, "list": 9, "dict": 24, "set": 32, "frozenset": 32,
+               "instance": 24, "leaf": 0, "str": 0, "global": 0}
+#: A memo slot: CPython keeps a pointer array sized to twice the largest index.
+_MEMO_BYTES = 16
+_ODICT = ("collections", "OrderedDict")
+
+
+class _Walk:
+    """The simulated unpickler: a stack, a mark stack (as CPython keeps them), a memo, and
+    the counters. One method per opcode, found through :attr:`dispatch`."""
+
+    def __init__(self, size: int, buildable: frozenset[tuple[str, str]], source: str) -> None:
+        self.stack: list[_Node] = []
+        self.marks: list[int] = []
+        self.memo: dict[int, _Node] = {}
+        self.buildable = buildable
+        self.source = source
+        self.work = 0
+        self.memory = 0
+        self.memory_limit = MEMORY_PER_BYTE * size + MEMORY_SLACK
+        self.ops = 0
+        self.dispatch: dict[str, Callable[[object], None]] = {
+            **{name: self.op_leaf for name in _LEAVES},
+            **{name: self.op_text for name in _TEXT},
+            **{name: self.op_never for name in _NEVER},
+            "PROTO": self.op_nothing, "FRAME": self.op_nothing, "MARK": self.op_mark,
+            "EMPTY_LIST": self.op_empty, "EMPTY_DICT": self.op_empty, "EMPTY_SET": self.op_empty,
+            "TUPLE": self.op_tuple, "TUPLE1": self.op_tuple_n, "TUPLE2": self.op_tuple_n,
+            "TUPLE3": self.op_tuple_n, "LIST": self.op_list, "DICT": self.op_dict,
+            "FROZENSET": self.op_frozenset, "APPEND": self.op_append,
+            "APPENDS": self.op_appends, "SETITEM": self.op_setitem,
+            "SETITEMS": self.op_setitems, "ADDITEMS": self.op_additems,
+            "GLOBAL": self.op_global, "STACK_GLOBAL": self.op_stack_global,
+            "REDUCE": self.op_reduce, "NEWOBJ": self.op_reduce, "NEWOBJ_EX": self.op_newobj_ex,
+            "INST": self.op_inst, "OBJ": self.op_obj, "BUILD": self.op_build,
+            "POP": self.op_pop, "POP_MARK": self.op_pop_mark, "DUP": self.op_dup,
+            "MEMOIZE": self.op_memoize, "PUT": self.op_put, "BINPUT": self.op_put,
+            "LONG_BINPUT": self.op_put, "GET": self.op_get, "BINGET": self.op_get,
+            "LONG_BINGET": self.op_get,
+        }
+        self.name = ""
+
+    def fail(self, why: str) -> PickleBombError:
+        return PickleBombError(f"{self.source}: {why}; refusing to load it")
+
+    def step(self, name: str, arg: object) -> None:
+        self.ops += 1
+        if self.ops > MAX_OPCODES:
+            raise self.fail(f"more than {MAX_OPCODES:,} opcodes")
+        handler = self.dispatch.get(name)
+        if handler is None:
+            raise self.fail(f"unexpected opcode {name}")
+        self.name = name
+        handler(arg)
+
+    # -- the stack -----------------------------------------------------------------------
+
+    def pop(self) -> _Node:
+        if len(self.stack) <= (self.marks[-1] if self.marks else 0):
+            raise self.fail(f"{self.name} takes more objects than the stack holds")
+        return self.stack.pop()
+
+    def top(self) -> _Node:
+        if len(self.stack) <= (self.marks[-1] if self.marks else 0):
+            raise self.fail(f"{self.name} needs an object where there is none")
+        return self.stack[-1]
+
+    def pop_mark(self) -> list[_Node]:
+        if not self.marks:
+            raise self.fail(f"{self.name} needs a MARK that is not there")
+        at = self.marks.pop()
+        items = self.stack[at:]
+        del self.stack[at:]
+        return items
+
+    # -- objects -------------------------------------------------------------------------
+
+    def charge(self, kind: str, items: int, *, base: bool = True) -> None:
+        self.memory += (_BASE_BYTES[kind] if base else 0) + _ITEM_BYTES[kind] * items
+        if self.memory > self.memory_limit:
+            raise self.fail(f"unpickling would take more than {self.memory_limit:,} bytes "
+                            "of memory")
+
+    def capture(self, children: Iterable[_Node], parent: _Node | None) -> tuple[int, int]:
+        depth, size = 0, 0
+        for child in children:
+            if child is parent:
+                raise self.fail("an object contains itself (a reference cycle)")
+            child.captured = True
+            if child.depth > depth:
+                depth = child.depth
+            size += child.size
+        size = min(size, _HUGE)
+        self.work += size
+        if self.work > WORK_PER_OPCODE * self.ops + WORK_SLACK:
+            raise self.fail("objects are reused so often that unpickling would take "
+                            "time exponential in the file size (a memo DAG)")
+        return depth, size
+
+    def make(self, kind: str, children: list[_Node], *, cls: tuple[str, str] | None = None
+             ) -> _Node:
+        depth, size = self.capture(children, None)
+        if depth >= MAX_DEPTH:
+            raise self.fail(f"objects nested deeper than {MAX_DEPTH} levels")
+        self.charge(kind, len(children))
+        node = _Node(kind, depth + 1, min(size + 1, _HUGE), cls=cls)
+        node.items = len(children)
+        self.stack.append(node)
+        return node
+
+    def grow(self, target: _Node, children: list[_Node], items: int) -> None:
+        """Put ``children`` into ``target`` (APPEND, SETITEM, BUILD ...) in place."""
+        if target.captured:
+            raise self.fail("an object is changed after it was put into another one")
+        depth, size = self.capture(children, target)
+        if depth >= MAX_DEPTH:
+            raise self.fail(f"objects nested deeper than {MAX_DEPTH} levels")
+        target.depth = max(target.depth, depth + 1)
+        target.size = min(target.size + size, _HUGE)
+        target.items += items
+        self.charge(target.kind, items, base=False)
+
+    def container(self, kind: str) -> _Node:
+        target = self.top()
+        if target.kind == kind or (kind == "dict" and target.kind == "instance"
+                                   and target.cls == _ODICT):
+            return target
+        raise self.fail(f"{self.name} adds items to a {target.kind}, not a {kind}")
+
+    def instance(self, func: _Node, args: list[_Node]) -> None:
+        if func.kind != "global":
+            raise self.fail(f"{self.name} calls a {func.kind}, not a named class or function")
+        self.make("instance", [func, *args], cls=func.cls)
+
+    # -- opcodes -------------------------------------------------------------------------
+
+    def op_nothing(self, arg: object) -> None:
+        pass
+
+    def op_never(self, arg: object) -> None:
+        raise self.fail(f"opcode {self.name} (persistent ids, extensions and out-of-band "
+                        "buffers are not allowed)")
+
+    def op_leaf(self, arg: object) -> None:
+        self.stack.append(_Node("leaf"))
+        self.charge("leaf", 0)
+
+    def op_text(self, arg: object) -> None:
+        self.stack.append(_Node("str", value=arg if isinstance(arg, str) else None))
+        self.memory += len(arg) if isinstance(arg, str | bytes | bytearray) else 0
+        self.charge("str", 0)
+
+    def op_mark(self, arg: object) -> None:
+        self.marks.append(len(self.stack))
+
+    def op_empty(self, arg: object) -> None:
+        self.make({"EMPTY_LIST": "list", "EMPTY_DICT": "dict", "EMPTY_SET": "set"}[self.name],
+                  [])
+
+    def op_tuple(self, arg: object) -> None:
+        self.make("tuple", self.pop_mark())
+
+    def op_tuple_n(self, arg: object) -> None:
+        items = [self.pop() for _ in range(int(self.name[-1]))]
+        items.reverse()
+        self.make("tuple", items)
+
+    def op_list(self, arg: object) -> None:
+        self.make("list", self.pop_mark())
+
+    def op_dict(self, arg: object) -> None:
+        items = self.pop_mark()
+        if len(items) % 2:
+            raise self.fail("DICT with an odd number of items")
+        self.make("dict", items)
+
+    def op_frozenset(self, arg: object) -> None:
+        self.make("frozenset", self.pop_mark())
+
+    def op_append(self, arg: object) -> None:
+        item = self.pop()
+        self.grow(self.container("list"), [item], 1)
+
+    def op_appends(self, arg: object) -> None:
+        items = self.pop_mark()
+        self.grow(self.container("list"), items, len(items))
+
+    def op_setitem(self, arg: object) -> None:
+        value = self.pop()
+        key = self.pop()
+        self.grow(self.container("dict"), [key, value], 1)
+
+    def op_setitems(self, arg: object) -> None:
+        items = self.pop_mark()
+        if len(items) % 2:
+            raise self.fail("SETITEMS with an odd number of items")
+        self.grow(self.container("dict"), items, len(items) // 2)
+
+    def op_additems(self, arg: object) -> None:
+        items = self.pop_mark()
+        self.grow(self.container("set"), items, len(items))
+
+    def op_global(self, arg: object) -> None:
+        module, _, qualname = str(arg).partition(" ")
+        self.stack.append(_Node("global", cls=(module, qualname)))
+
+    def op_stack_global(self, arg: object) -> None:
+        qualname = self.pop()
+        module = self.pop()
+        if module.value is None or qualname.value is None:
+            raise self.fail("STACK_GLOBAL on something other than two strings")
+        self.stack.append(_Node("global", cls=(module.value, qualname.value)))
+
+    def op_reduce(self, arg: object) -> None:
+        args = self.pop()
+        self.instance(self.pop(), [args])
+
+    def op_newobj_ex(self, arg: object) -> None:
+        kwargs = self.pop()
+        args = self.pop()
+        self.instance(self.pop(), [args, kwargs])
+
+    def op_inst(self, arg: object) -> None:
+        module, _, qualname = str(arg).partition(" ")
+        self.instance(_Node("global", cls=(module, qualname)), self.pop_mark())
+
+    def op_obj(self, arg: object) -> None:
+        items = self.pop_mark()
+        if not items:
+            raise self.fail("OBJ without a class")
+        self.instance(items[0], items[1:])
+
+    def op_build(self, arg: object) -> None:
+        state = self.pop()
+        target = self.top()
+        if target.kind != "instance" or target.cls not in self.buildable:
+            what = f"{target.kind} {'.'.join(target.cls) if target.cls else ''}".strip()
+            raise self.fail(f"BUILD (setstate) on a {what}, not on DCP checkpoint metadata")
+        self.grow(target, [state], state.items)
+
+    def op_pop(self, arg: object) -> None:
+        if self.marks and self.marks[-1] == len(self.stack):
+            self.marks.pop()
+        else:
+            self.pop()
+
+    def op_pop_mark(self, arg: object) -> None:
+        self.pop_mark()
+
+    def op_dup(self, arg: object) -> None:
+        self.stack.append(self.top())
+
+    def op_memoize(self, arg: object) -> None:
+        self.memo[len(self.memo)] = self.top()
+        self.memory += _MEMO_BYTES
+
+    def op_put(self, arg: object) -> None:
+        if not isinstance(arg, int) or arg > len(self.memo):
+            raise self.fail(f"memo index {arg} out of sequence (next is {len(self.memo)})")
+        self.memo[arg] = self.top()
+        self.memory += _MEMO_BYTES
+
+    def op_get(self, arg: object) -> None:
+        node = self.memo.get(arg) if isinstance(arg, int) else None
+        if node is None:
+            raise self.fail(f"fetches memo index {arg}, never stored")
+        self.stack.append(node)
+
+
+def check_pickle(data: bytes, buildable: frozenset[tuple[str, str]], source: str = "pickle",
+                 *, on_global: Callable[[str, str], None] | None = None) -> None:
+    """Raise :class:`PickleBombError` unless unpickling ``data`` is bounded (see the module
+    doc). ``buildable``: the ``(module, name)`` of the classes whose instances ``BUILD`` may
+    set the state of. ``on_global`` sees every global named (to refuse early)."""
+    walk = _Walk(len(data), buildable, source)
+    ops = pickletools.genops(io.BytesIO(data))
+    while True:
+        try:
+            op, arg, _pos = next(ops)
+            if op.name == "STOP":
+                if len(walk.stack) != 1 or walk.marks:
+                    raise walk.fail("STOP with other than one object on the stack")
+                return
+            walk.step(op.name, arg)
+        except PickleBombError:
+            raise
+        except StopIteration:
+            raise walk.fail("no STOP opcode (truncated)") from None
+        except Exception as exc:  # malformed opcodes or arguments (pickletools' ValueError)
+            raise PickleBombError(f"{source}: unreadable pickle ({type(exc).__name__}: "
+                                  f"{exc})"[:500]) from None
+        if on_global is not None and op.name in ("GLOBAL", "STACK_GLOBAL", "INST"):
+            cls = walk.stack[-1].cls
+            assert cls is not None
+            on_global(*cls)  # its own error, not wrapped
