@@ -13,6 +13,11 @@ What is kept, on every replica:
   ``shards/``, ``quarantine/``, ``_versions/``, ``_work/``, root ``tokenizer*.json`` files and
   leftover ``.tmp-*`` files of interrupted local writes.
 
+A local replica holding a symlink anywhere in the dataset is refused whole, naming the link:
+the listing does not descend into a symlinked folder, so the objects behind it would look
+unnamed or absent, and gc neither follows a link out of the dataset nor guesses what one is for
+(:mod:`storage.local_paths`).
+
 Version records go first, data objects after: a record that is still listed always names
 objects that are all there. Each candidate is stat'ed again right before it is removed, so an
 object a rebuild has just (re)written under the same content-addressed name survives. gc needs
@@ -115,7 +120,12 @@ def _scan(replica: Replica) -> _Replica:
     loc = replica.loc
     try:
         tree = list_tree(loc)
+        links = sorted(rel for rel, info in tree.items() if info.get("islink"))
+        if links:
+            raise GcError(_symlinks(replica, links))
         data = loc.fs.cat_file(loc.path(MANIFEST)) if MANIFEST in tree else None
+    except GcError:
+        raise
     except Exception as exc:
         raise GcError(f"gc needs every replica, and {replica.name} cannot be listed "
                       f"({type(exc).__name__}: {exc})"[:500]) from None
@@ -123,6 +133,18 @@ def _scan(replica: Replica) -> _Replica:
     if data is not None:
         manifest = _parse(data, f"{replica.name}: {MANIFEST}")
     return _Replica(replica, tree, manifest, manifest_tag(data) if data is not None else None)
+
+
+def _symlinks(replica: Replica, links: list[str]) -> str:
+    """Why gc stops at a symlink in a local dataset: a link the listing does not descend
+    into hides what the manifest names behind it, so removing it (as an unnamed object) would
+    take the dataset's objects away, and following it would remove files outside the dataset
+    (see :mod:`storage.local_paths`)."""
+    shown = "; ".join(f"{rel} is a symlink to "
+                      f"{os.path.realpath(replica.loc.path(rel))}" for rel in links[:5])
+    more = f" (and {len(links) - 5} more)" if len(links) > 5 else ""
+    return (f"{replica.name}: {shown}{more}. gc neither follows nor removes symlinks in a "
+            "dataset, so it removes nothing: replace each link with the real folder or file")
 
 
 def _parse(data: bytes, source: str) -> Manifest:

@@ -19,16 +19,18 @@ produces the same bytes; a v1 manifest re-serialises to the bytes it was read fr
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import functools
 import json
 import os
-import tempfile
+import stat
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from storage import local_paths
 from storage.checksums import PIECE_ALGORITHMS, SHA256
 from storage.fields import FieldError, Fields
 from storage.layout import MANIFEST, UnsafePathError, safe_relative
@@ -338,7 +340,7 @@ def read_manifest(url: str | Location, storage_options: dict[str, Any] | None = 
     Raises :class:`DatasetNotFoundError` when there is none: a dataset whose manifest has not
     been committed does not exist for readers, whatever shards may already be there.
     """
-    loc = url if isinstance(url, Location) else resolve(url, storage_options)
+    loc = (url if isinstance(url, Location) else resolve(url, storage_options)).confined()
     path = loc.path(MANIFEST)
     try:
         text = loc.fs.cat_file(path)
@@ -388,33 +390,14 @@ def write_atomic(loc: Location, relative: str, data: bytes, same_as: str | None 
     disk, and a crash costs a redo. The disk write is started at once all the same
     (:func:`start_writeback`): a work file linked into the dataset later is synced then, and
     finds little left to write.
+
+    On a local filesystem no folder between the root and the name may be a symlink, wherever
+    it points (:mod:`storage.local_paths`): :class:`storage.local_paths.UnsafeSymlinkError`
+    otherwise, and nothing is written. A symlink as the name itself is replaced by the rename.
     """
     path = loc.path(relative)
     if loc.is_local:
-        directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
-        if same_as is not None and _link_atomic(loc.path(same_as), path, directory):
-            if sync:  # the source may have been written unsynced (scratch): sync it now
-                _fsync_path(path)
-                _fsync_path(directory)
-            return
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".part")
-        try:
-            os.fchmod(fd, 0o666 & ~process_umask())  # mkstemp's 0600 would lock others out
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                if sync:
-                    os.fsync(fh.fileno())
-                else:
-                    start_writeback(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        if sync:
-            _fsync_path(directory)  # the rename itself: without it the name may not survive
+        _write_local(loc, relative, data, same_as, sync)
     else:
         if same_as is not None and _copy_in_store(loc, loc.path(same_as), path):
             return
@@ -472,34 +455,94 @@ def start_writeback(fd: int) -> None:
         fn(fd, 0, 0, _WRITE_ONLY)  # a refusal (EINVAL, ESPIPE) changes nothing: ignored
 
 
-def _fsync_path(path: str) -> None:
+def _write_local(loc: Location, relative: str, data: bytes, same_as: str | None,
+                 sync: bool) -> None:
+    """:func:`write_atomic` on a local filesystem, every step relative to the folder's
+    descriptor: the folders are opened without following symlinks
+    (:func:`storage.local_paths.open_folder`), so what is created, renamed and synced is in
+    the dataset, not wherever a symlinked folder would have led."""
+    *folder, name = local_paths.components(loc.root, loc.path(relative))
+    folder_fd = local_paths.open_folder(loc.root, folder, True, relative)
+    try:
+        if same_as is not None and _link_atomic(loc, same_as, folder_fd, name):
+            if sync:  # the source may have been written unsynced (scratch): sync it now
+                _fsync_at(folder_fd, name)
+                _fsync_fd(folder_fd, folder=True)
+            return
+        tmp = f".tmp-{os.urandom(8).hex()}.part"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600, dir_fd=folder_fd)
+        try:
+            os.fchmod(fd, 0o666 & ~process_umask())  # what a plain open would give
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                if sync:
+                    os.fsync(fh.fileno())
+                else:
+                    start_writeback(fh.fileno())
+            os.replace(tmp, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=folder_fd)
+            raise
+        if sync:
+            _fsync_fd(folder_fd, folder=True)  # the rename: without it the name may not survive
+    finally:
+        os.close(folder_fd)
+
+
+def _fsync_fd(fd: int, folder: bool) -> None:
     """Flush a file's (or a folder's entries') pending writes to disk.
 
     Some filesystems (several FUSE mounts, some network ones) refuse ``fsync`` on a folder
     with EINVAL or ENOTSUP: they make no promise about names to keep, so there is nothing to
     wait for.
     """
-    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     except OSError as exc:
-        if exc.errno not in (errno.EINVAL, errno.ENOTSUP) or not os.path.isdir(path):
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP) or not folder:
             raise
+
+
+def _fsync_at(folder_fd: int, name: str) -> None:
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder_fd)
+    try:
+        _fsync_fd(fd, folder=False)
     finally:
         os.close(fd)
 
 
-def _link_atomic(source: str, path: str, directory: str) -> bool:
-    """Hard-link ``source`` to ``path`` through a temporary name; False where not possible."""
-    tmp = os.path.join(directory, f".tmp-{os.urandom(8).hex()}.link")
+def _link_atomic(loc: Location, source: str, folder_fd: int, name: str) -> bool:
+    """Hard-link ``source`` (relative to ``loc``) to ``name`` in ``folder_fd`` through a
+    temporary name; False where not possible, and the caller writes the bytes instead.
+
+    Only a regular file inside the dataset is linked: a source behind a symlinked folder is
+    not looked at, and a source that is itself a symlink is not linked (the new name would be
+    the link, or with the link followed, the file it points to, maybe outside the dataset).
+    """
     try:
-        os.link(source, tmp)
+        *folder, source_name = local_paths.components(loc.root, loc.path(source))
+        source_fd = local_paths.open_folder(loc.root, folder, False, source, "link")
+    except (OSError, UnsafePathError):  # missing, or behind a symlink: write the bytes
+        return False
+    tmp = f".tmp-{os.urandom(8).hex()}.link"
+    try:
+        os.link(source_name, tmp, src_dir_fd=source_fd, dst_dir_fd=folder_fd,
+                follow_symlinks=False)
     except OSError:  # EXDEV, EPERM, ENOTSUP, a missing source: write the bytes instead
         return False
+    finally:
+        os.close(source_fd)
     try:
-        os.replace(tmp, path)
+        if not stat.S_ISREG(os.stat(tmp, dir_fd=folder_fd, follow_symlinks=False).st_mode):
+            os.unlink(tmp, dir_fd=folder_fd)  # linked a symlink (or swapped in for one)
+            return False
+        os.replace(tmp, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
     except BaseException:
-        os.unlink(tmp)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=folder_fd)
         raise
     return True
 

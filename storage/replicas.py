@@ -157,7 +157,7 @@ class ReplicaSet:
                  sync: bool = True) -> None:
         if not locations:
             raise ValueError("a replica set needs at least one location")
-        self.replicas = [Replica(i, loc) for i, loc in enumerate(locations)]
+        self.replicas = [Replica(i, loc.confined()) for i, loc in enumerate(locations)]
         quorum = len(locations) if write_quorum is None else write_quorum
         if not 1 <= quorum <= len(locations):
             raise ValueError(f"write quorum {quorum} impossible with {len(locations)} replicas")

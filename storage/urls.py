@@ -8,12 +8,14 @@ options first, then the standard AWS environment variables.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import fsspec
 from fsspec.core import split_protocol
 from fsspec.implementations.local import LocalFileSystem
+
+from storage.local_paths import DatasetFileSystem
 
 #: Option keys whose values are secrets: never logged, never written to a manifest.
 SECRET_KEYS = frozenset({"secret", "key", "token", "aws_secret_access_key", "session_token",
@@ -40,6 +42,19 @@ class Location:
     @property
     def is_local(self) -> bool:
         return isinstance(self.fs, LocalFileSystem)
+
+    def confined(self) -> Location:
+        """This location as a dataset's: on a local filesystem, one whose every read, write
+        and removal stays inside the root, never through a symlink out
+        (:class:`storage.local_paths.DatasetFileSystem`; the rules are in that module). Other
+        filesystems are returned as they are: object stores have no symlinks.
+
+        Not the default of :func:`resolve`: input corpora (often symlink farms, such as a
+        model hub's cache) and other folders keep plain local semantics.
+        """
+        if not self.is_local or isinstance(self.fs, DatasetFileSystem):
+            return self
+        return replace(self, fs=DatasetFileSystem(self.root))
 
 
 def s3_options_from_env(env: os._Environ[str] | dict[str, str] | None = None) -> dict[str, Any]:
