@@ -45,6 +45,9 @@ from storage import (
 from storage.checksums import piece_matches
 from storage.clients import read_range
 from storage.index import digest_hex
+from storage.layout import UnsafePathError
+from storage.local_paths import check_read
+from storage.replicas import InvalidObjectError
 
 __all__ = ["RowGroupIndex", "TokenReader"]
 
@@ -102,13 +105,20 @@ class MappedShards:
         self._maps: OrderedDict[str, mmap.mmap] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, path: str, size: int) -> mmap.mmap:
-        """The whole of the file ``path``, which must be ``size`` bytes, mapped read-only."""
+    def get(self, path: str, size: int, root: str | None = None) -> mmap.mmap:
+        """The whole of the file ``path``, which must be ``size`` bytes, mapped read-only.
+
+        ``root``: the dataset ``path`` is in; a path that reaches outside it through a symlink
+        is refused (:func:`storage.local_paths.check_read`) when the file is mapped, once per
+        mapping, not per row group read from it.
+        """
         with self._lock:
             mapped = self._maps.get(path)
             if mapped is not None:
                 self._maps.move_to_end(path)
                 return mapped
+        if root is not None:
+            check_read(root, path)
         with open(path, "rb") as fh:
             actual = os.fstat(fh.fileno()).st_size
             if actual != size or not size:
@@ -292,7 +302,10 @@ class TokenReader:
         def fetch(loc) -> tuple[dict[int, Any], pa.Buffer | None]:  # type: ignore[no-untyped-def]
             whole = None
             if loc.is_local:  # mapped: verified in place, no copy
-                whole = self._mapped.get(loc.path(path), size)
+                try:
+                    whole = self._mapped.get(loc.path(path), size, loc.root)
+                except UnsafePathError as exc:  # this copy's problem: try another replica
+                    raise InvalidObjectError(exc) from exc
                 data = memoryview(whole)[lo:hi]
             else:  # a zero-copy buffer from obstore (bytes from others); pieces are views
                 data = memoryview(read_range(loc.fs, loc.path(path), lo, hi))
