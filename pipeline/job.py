@@ -63,6 +63,7 @@ from storage import (
     tokenizer_name,
     tokens,
 )
+from storage.degraded import describe as describe_degraded
 
 
 @dataclass
@@ -81,6 +82,8 @@ class RunSummary:
     resumed: int = 0
     #: the version record this run added (``""``: the manifest was the latest version's)
     version: str = ""
+    #: degraded writes still open after the commit (``storage.degraded``): one line each
+    degraded: tuple[str, ...] = ()
     inputs: int = 0
     #: inputs of 0 bytes (a truncated upload, an empty .jsonl.gz): listed, never silent
     empty_inputs: tuple[str, ...] = ()
@@ -108,6 +111,7 @@ class RunSummary:
             f"wall time    {self.wall_s:.2f} s",
             f"throughput   {self.tokens_per_s:,.0f} tokens/s",
             f"version      {self.version or 'unchanged (the same manifest as the latest version)'}",
+            *self.degraded,
         ])
 
 
@@ -323,5 +327,7 @@ def run(cfg: PipelineConfig, log: TextIO | None = None, progress: bool = True) -
         bytes=stats["bytes"], wall_s=time.perf_counter() - start, dashboard=dashboard,
         resumed=resumed,
         version=f"{recorded.sequence} ({recorded.path})" if recorded else "",
+        degraded=tuple(describe_degraded(store, {recorded.tag: recorded.sequence}
+                                         if recorded else None)),
         inputs=len(files), empty_inputs=empty,
     )

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from storage.replicas import ReplicaSet
 
 DEGRADED_DIR = "_degraded"
+WORK_PREFIX = "_work/"
 #: a marker is a few hundred bytes; anything larger is not one of ours and is not read
 MAX_MARKER_BYTES = 64 << 10
 
@@ -142,6 +143,8 @@ def describe(store: ReplicaSet, versions: dict[str, int] | None = None) -> list[
     markers, _errors = all_markers(store)
     lines = []
     for m in sorted(markers, key=lambda m: (m.path, m.name)):
+        if m.path.startswith(WORK_PREFIX):
+            continue  # a run's scratch, removed once it commits: nothing for readers to miss
         who = [r.name for r in store.replicas if m.names_replica(r.index, r.loc.url)]
         if not who:
             who = list(m.missing_urls) or [f"replica {i}" for i in m.missing]
