@@ -54,7 +54,8 @@ class Location:
         """
         if not self.is_local or isinstance(self.fs, DatasetFileSystem):
             return self
-        return replace(self, fs=DatasetFileSystem(self.root))
+        options = getattr(self.fs, "storage_options", {})  # e.g. auto_mkdir, kept
+        return replace(self, fs=DatasetFileSystem(self.root, **options))
 
 
 def s3_options_from_env(env: os._Environ[str] | dict[str, str] | None = None) -> dict[str, Any]:
