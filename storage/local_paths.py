@@ -59,12 +59,19 @@ class UnsafeSymlinkError(UnsafePathError):
 
     def __init__(self, root: str, relative: str, link: str, target: str, action: str,
                  outside: bool) -> None:
-        where = "outside the dataset" if outside else "a symlinked folder"
+        where = ("outside the dataset" if outside
+                 else "inside the dataset, but a write never goes through a symlink")
         super().__init__(
             f"{link} is a symlink to {target} ({where}): refusing to {action} {relative} "
             f"through it (dataset {root}); replace the link with the real "
             f"{'folder' if os.path.isdir(target) else 'file'}")
         self.root, self.relative, self.link, self.target = root, relative, link, target
+        self._args = (root, relative, link, target, action, outside)
+
+    def __reduce__(self) -> tuple[type[UnsafeSymlinkError], tuple[str, str, str, str, str, bool]]:
+        """Rebuilt from its parts where it crosses processes (a Dask task's error, a
+        DataLoader worker's): the default would call the class with the message alone."""
+        return type(self), self._args
 
 
 _REAL_ROOTS: dict[str, str] = {}

@@ -9,6 +9,7 @@ as users run it; what lies outside is compared byte for byte before and after.
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -134,6 +135,8 @@ def test_write_atomic_refuses_a_symlinked_folder_out_of_the_root(
     assert f"{folder} is a symlink" in message and str(target) in message
     assert relative in message
     assert isinstance(caught.value, UnsafePathError)  # callers that refuse unsafe paths
+    again = pickle.loads(pickle.dumps(caught.value))  # as a Dask task's error travels
+    assert type(again) is UnsafeSymlinkError and str(again) == message
 
 
 def test_write_atomic_refuses_a_symlinked_folder_even_inside_the_root(tmp_path: Path) -> None:
