@@ -100,6 +100,11 @@ class PipelineConfig:
                                   "`storage repair`", manifest=False)
     replica_options: list[dict[str, Any] | None] | None = _f(None, "per-replica options",
                                                             manifest=False, cli=False)
+    wait: bool = _f(False, "when another run holds the output's writer lease, wait for it "
+                    "(a line every poll) instead of failing at once", manifest=False)
+    lease_ttl: float = _f(90.0, "seconds the output's writer lease lasts unless renewed; the "
+                          "driver renews it every third of that, and a dead driver's lease is "
+                          "taken over once it expires", manifest=False, metavar="SECONDS")
 
     def __post_init__(self) -> None:
         if self.dedup not in ("exact", "none"):
@@ -107,6 +112,8 @@ class PipelineConfig:
         if self.partition_bytes < 0 or self.max_record_bytes < 1:
             raise ValueError("partition_bytes must be >= 0 (0: automatic) and "
                              "max_record_bytes positive")
+        if self.lease_ttl <= 0:
+            raise ValueError("lease_ttl must be positive")
         if self.tokenizer_threads < 1:
             raise ValueError("tokenizer_threads must be at least 1")
         if self.adapt is not None:
