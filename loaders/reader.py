@@ -47,6 +47,7 @@ from storage.clients import read_range
 from storage.index import digest_hex
 from storage.layout import UnsafePathError
 from storage.local_paths import check_read
+from storage.process_local import ProcessLocal
 from storage.replicas import InvalidObjectError
 
 __all__ = ["RowGroupIndex", "TokenReader"]
@@ -177,11 +178,14 @@ def _metadata_from_footer(footer: bytes) -> pq.FileMetaData:
     return pq.read_metadata(pa.BufferReader(b"PAR1" + footer))
 
 
-class TokenReader:
+class TokenReader(ProcessLocal):
     """Reads token ranges through ``storage``; one per process (its footers are not shared).
 
     ``bytes_read`` and ``groups_read`` count what came from the store, not from ``cache``.
     """
+
+    #: footers read and shards mapped stay in the process that read or mapped them
+    _process_local = {"_lock": threading.Lock, "_meta": dict, "_mapped": MappedShards}
 
     def __init__(self, store: ReplicaSet, index: RowGroupIndex,
                  cache: ChunkCache | None = None) -> None:
@@ -200,16 +204,6 @@ class TokenReader:
     def local(self) -> bool:
         """Are all replicas on local disk (no request cost to coalesce around)?"""
         return all(r.loc.is_local for r in self.store.replicas)
-
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state.update(_lock=None, _meta={}, _mapped=None)
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-        self._mapped = MappedShards()
 
     def _count(self, nbytes: int, groups: int = 0) -> None:
         with self._lock:
