@@ -101,7 +101,8 @@ class PipelineConfig:
     replica_options: list[dict[str, Any] | None] | None = _f(None, "per-replica options",
                                                             manifest=False, cli=False)
     wait: bool = _f(False, "when another run holds the output's writer lease, wait for it "
-                    "(a line every poll) instead of failing at once", manifest=False)
+                    "(saying who holds it, again every 30 s) instead of failing at once",
+                    manifest=False)
     lease_ttl: float = _f(90.0, "seconds the output's writer lease lasts unless renewed; the "
                           "driver renews it every third of that, and a dead driver's lease is "
                           "taken over once it expires", manifest=False, metavar="SECONDS")

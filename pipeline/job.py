@@ -1,16 +1,18 @@
 """The pipeline job: plan partitions, run the two phases and the dedup shuffle on Dask, commit.
 
-Order of events, each safe to interrupt: the tokenizer is written; phase 1 and phase 2 leave
-markers under ``_work/`` (see ``pipeline.work``); the manifest is built last, in partition
-order, from results that do not depend on timing; the binary row-group index of its shards is
-put (``index/<sha16>.sfidx``, the store's quorum put) and named by the manifest
+Order of events, each safe to interrupt: the output's writer lease is taken on the primary
+(``storage.lease``; renewed meanwhile, checked again right before the swap: one run writes an
+output at a time, since runs would share ``_work/``); the tokenizer is written; phase 1 and
+phase 2 leave markers under ``_work/`` (see ``pipeline.work``); the manifest is built last, in
+partition order, from results that do not depend on timing; the binary row-group index of its
+shards is put (``index/<sha16>.sfidx``, the store's quorum put) and named by the manifest
 (``shardflow.dataset/2``), which is committed by one atomic put of
 ``manifest.json`` (``storage.versions.commit``, which then records the version under
-``_versions/``); then ``_work/`` is removed. Every object outside ``_work/`` has a
-content-addressed name, so a rebuild into the output of a committed dataset never touches what
-that dataset's manifest names: until the swap readers see the old version, complete, and a
-reader that opened it finishes on it; a killed rebuild leaves it as it was. A rerun after a
-crash redoes only what has no marker, and produces the same bytes.
+``_versions/``); then ``_work/`` is removed and the lease released. Every object outside
+``_work/`` has a content-addressed name, so a rebuild into the output of a committed dataset
+never touches what that dataset's manifest names: until the swap readers see the old version,
+complete, and a reader that opened it finishes on it; a killed rebuild leaves it as it was. A
+rerun after a crash redoes only what has no marker, and produces the same bytes.
 
 Memory: a worker runs one task at a time and holds at most ``B0 + C + k x partition_bytes``
 in phase 1 or 2 (B0 the idle worker, ~190 MiB with GPT-2; C ~64 MiB for the read block and one
