@@ -50,6 +50,7 @@ import hashlib
 import json
 import os
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -182,6 +183,9 @@ def _is_s3(fs: Any) -> bool:
     return bool({"s3", "s3a"} & set([protocol] if isinstance(protocol, str) else protocol))
 
 
+#: a PutObject that fails when the key exists (passed to botocore by s3fs's ``pipe_file``;
+#: s3fs's own ``mode="create"`` is the same header, in s3fs 2024.12 and later only)
+_IF_ABSENT = {"IfNoneMatch": "*"}
 _conditional: dict[str, bool] = {}
 _conditional_lock = threading.Lock()
 
@@ -202,14 +206,21 @@ def conditional_creates(loc: Location) -> bool:
         if key in _conditional:
             return _conditional[key]
     probe = loc.path(f"{LEASE_TAKEOVER_PREFIX}probe-{uuid.uuid4().hex}.json")
-    fs.pipe_file(probe, b"{}", mode="create")
     try:
-        fs.pipe_file(probe, b"{}", mode="create")
-        honoured = False
-    except OSError as exc:
-        if not _precondition_failed(exc):
+        fs.pipe_file(probe, b"{}", **_IF_ABSENT)
+    except Exception as exc:
+        boto = sys.modules.get("botocore.exceptions")
+        if boto is None or not isinstance(exc, boto.ParamValidationError):
             raise
-        honoured = True
+        honoured = False  # a botocore without conditional writes: the fallback
+    else:
+        try:
+            fs.pipe_file(probe, b"{}", **_IF_ABSENT)
+            honoured = False
+        except OSError as exc:
+            if not _precondition_failed(exc):
+                raise
+            honoured = True
     finally:
         with contextlib.suppress(Exception):
             fs.rm_file(probe)
@@ -233,7 +244,7 @@ def create_if_absent(loc: Location, relative: str, data: bytes,
     fs = _writer_fs(loc)
     if conditional:
         try:
-            fs.pipe_file(path, data, mode="create")
+            fs.pipe_file(path, data, **_IF_ABSENT)
         except OSError as exc:
             if _precondition_failed(exc):
                 return False
