@@ -408,6 +408,9 @@ class Lease:
             if self._take_over(other, data):
                 self.took_over = other
                 return self._confirm(self.holder)
+            if self.current()[1] == data:
+                return other  # another candidate's take-over is under way (or died: its
+                # token expires after a TTL)
         raise LeaseError(f"the lease on {self.url} kept changing while we tried to take it")
 
     def _confirm(self, mine: Holder) -> Holder | None:
@@ -421,7 +424,14 @@ class Lease:
         """Replace the stale lease by ours, if no other candidate does it first."""
         token = f"{LEASE_TAKEOVER_PREFIX}{stale.run_id}.json"
         if not self._create(token, self._fresh_holder().to_bytes()):
-            return False
+            # A token older than a TTL is a candidate that died mid-take-over: without this
+            # the stale lease could never be taken over. Removing it races only with another
+            # such cleanup, and :meth:`check` catches the rare double holder that may follow.
+            if _age_s(self.loc, token, time.time()) <= self.ttl_s:
+                return False
+            _delete(self.loc, token)
+            if not self._create(token, self._fresh_holder().to_bytes()):
+                return False
         try:
             _, now_there = self.current()
             if now_there != seen:  # another candidate took it over and removed its token

@@ -210,3 +210,20 @@ def test_processes_racing_to_acquire_a_local_lease_one_wins(tmp_path: Path) -> N
                               cwd=Path(__file__).resolve().parents[2]) for _ in range(6)]
     outs = [p.communicate(timeout=120)[0].strip() for p in procs]
     assert sorted(outs) == ["held"] * 5 + ["won"], outs
+
+
+def test_a_take_over_token_left_by_a_dead_candidate_expires(tmp_path: Path) -> None:
+    """A candidate that died between winning the take-over token and replacing the lease
+    must not block the take-over for ever."""
+    loc = resolve(str(tmp_path / "ds"))
+    now = time.time()
+    _plant(loc, Holder("gone-host", 7, "stale", now - 300, now - 1, 60.0, 1))
+    token = Path(loc.path("_lease-takeover-stale.json"))
+    token.write_bytes(b"{}")
+    with pytest.raises(LeaseHeldError):  # a young token: a take-over may be under way
+        Lease(loc, ttl_s=60).acquire()
+    os.utime(token, (now - 120, now - 120))
+    lease = Lease(loc, ttl_s=60)
+    lease.acquire()
+    assert lease.took_over is not None and not token.exists()
+    lease.release()
