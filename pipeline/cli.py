@@ -33,6 +33,7 @@ from storage import (
     redact,
 )
 from storage.cli import add_replica_arguments, replica_spec, store_from_args
+from storage.retry import is_store_error
 from storage.versions import history, render_history
 
 
@@ -203,4 +204,12 @@ def main(argv: list[str] | None = None) -> int:
         opts = redact(getattr(args, "storage_options", None))
         hint = f" (storage options: {opts})" if opts else ""
         print(f"error: {exc}{hint}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        if not is_store_error(exc):
+            raise  # a bug: its traceback is what a report needs
+        # A store that failed mid-run (botocore's connection errors are no OSError): one
+        # line; a rerun of the same command resumes from the finished partitions.
+        print(f"error: {type(exc).__name__}: {exc} (the store failed; rerun the same command "
+              "to resume)", file=sys.stderr)
         return 2

@@ -66,8 +66,7 @@ from storage import (
     tokens,
 )
 from storage.degraded import describe as describe_degraded
-from storage.lease import Holder, Lease, LeaseHeldError
-from storage.retry import TIMEOUT, TRANSIENT, classify
+from storage.lease import Lease, hold
 
 
 @dataclass
@@ -282,53 +281,6 @@ def _in_background(fn: Callable[..., T], *args: Any) -> futures.Future[T]:
         pool.shutdown(wait=False)
 
 
-class PrimaryUnavailableError(OSError):
-    """The primary replica cannot hold the run's writer lease: unreachable or refusing."""
-
-
-#: how often ``--wait`` asks again, and how often it says that it still waits
-WAIT_POLL_S, WAIT_SAY_S = 5.0, 30.0
-
-
-def _take_lease(cfg: PipelineConfig, store: ReplicaSet, log: TextIO) -> Lease:
-    """The output's writer lease (:mod:`storage.lease`), before anything is written.
-
-    On the primary replica, like ``_work/``: two runs into one output share that scratch, and
-    the first to commit would remove it under the other. Taking the lease is also the run's
-    first request to the primary, so a primary that is down fails the run here, in one line,
-    whatever ``--write-quorum`` allows: the scratch lives there alone.
-    """
-    lease = Lease(store.primary, ttl_s=cfg.lease_ttl)
-    said: list[tuple[str, float]] = []
-
-    def waiting(holder: Holder) -> None:
-        if not said or said[-1][0] != holder.run_id or time.monotonic() - said[-1][1] > WAIT_SAY_S:
-            said.append((holder.run_id, time.monotonic()))
-            print(f"shardflow: waiting for the writer lease on {lease.url}, held by "
-                  f"{holder.describe()}", file=log, flush=True)
-
-    try:
-        lease.acquire(wait=cfg.wait, poll_s=min(WAIT_POLL_S, cfg.lease_ttl / 3),
-                      on_wait=waiting, hint="run again with --wait to wait for it (a run "
-                      "that died leaves a lease that is taken over once it expires)")
-    except LeaseHeldError:
-        raise
-    except Exception as exc:
-        first = store.replicas[0].name
-        what = ("is unreachable" if classify(exc) in (TRANSIENT, TIMEOUT)
-                else "refused the run's writer lease")
-        detail = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        raise PrimaryUnavailableError(
-            f"primary {first} {what} ({detail[:300]}): a run keeps its scratch (_work/) and "
-            "its writer lease on the primary replica alone, so it needs the primary whatever "
-            "--write-quorum allows; bring it back, or list a reachable replica first") from None
-    if lease.took_over is not None:
-        print(f"shardflow: took over the stale writer lease of {lease.took_over.describe()}",
-              file=log)
-    lease.start_renewing()
-    return lease
-
-
 def run(cfg: PipelineConfig, log: TextIO | None = None, progress: bool = True) -> RunSummary:
     """Build the dataset ``cfg`` describes, holding the output's writer lease throughout.
 
@@ -337,7 +289,8 @@ def run(cfg: PipelineConfig, log: TextIO | None = None, progress: bool = True) -
     """
     log = log or sys.stderr
     store = cfg.output_store()
-    lease = _take_lease(cfg, store, log)
+    lease = hold(store.primary, store.replicas[0].name, "run", ttl_s=cfg.lease_ttl,
+                 wait=cfg.wait, log=log)
     try:
         return _run(cfg, store, lease, log, progress)
     finally:

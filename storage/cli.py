@@ -12,9 +12,11 @@ from typing import Any
 
 from storage.degraded import describe as describe_degraded
 from storage.gc import DEFAULT_MIN_AGE_S, GcError, collect
+from storage.lease import hold
 from storage.manifest import DatasetNotFoundError, ManifestError
 from storage.replica_config import ReplicaConfig, load_replica_config
 from storage.replicas import ReplicaError, ReplicaSet
+from storage.retry import is_store_error
 from storage.scrub import repair, verify
 from storage.upgrade import UpgradeError, upgrade
 from storage.versions import history, render_history
@@ -141,6 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text.split(";")[0].split(". ")[0], description=text)
         p.add_argument("url", nargs="?", help="the dataset (first replica)")
         add_replica_arguments(p)
+        if name in WRITERS:
+            p.add_argument("--wait", action="store_true",
+                           help="when another writer (a pipeline run, another admin command) "
+                                "holds the dataset's writer lease, wait for it instead of "
+                                "failing at once")
         if name == "gc":
             p.add_argument("--keep", type=int, required=True, metavar="N",
                            help="versions to keep, newest first (>= 1; the current one is "
@@ -158,31 +165,53 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: the commands that write a dataset, and so hold its writer lease (storage.lease) while they
+#: do: one writer at a time, pipeline runs included (a gc during a run would remove the shards
+#: the run wrote and no manifest names yet; a repair could race a commit)
+WRITERS = ("repair", "gc", "upgrade")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         store = store_from_args(args, args.url)
-        if args.command == "gc":
-            report = collect(store, args.keep, args.min_age, dry_run=args.dry_run)
-            print(report.render(verbose=not args.quiet))
-            return 0
-        if args.command == "upgrade":
-            print(upgrade(store, sys.stderr).render())
-            return 0
-        if args.command == "inspect":
-            entries = history(store)
-            print(render_history(entries))
-            tags = {e.version.tag: e.version.sequence for e in entries if e.version}
-            for line in describe_degraded(store, tags):
-                print(line)
-            return 0
-        # Which version is current is the history's decision (storage.newest), not the first
-        # replica's manifest: a replica that missed a commit must not be taken as the truth.
-        report = verify(store) if args.command == "verify" else repair(store)
+        writes = args.command in WRITERS and not getattr(args, "dry_run", False)
+        lease = (hold(store.primary, store.replicas[0].name, args.command, wait=args.wait)
+                 if writes else None)
+        try:
+            return _command(args, store)
+        finally:
+            if lease is not None:
+                lease.release()
     except (DatasetNotFoundError, ManifestError, ReplicaError, GcError, UpgradeError,
             ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        if not is_store_error(exc):
+            raise  # a bug: its traceback is what a report needs
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _command(args: argparse.Namespace, store: ReplicaSet) -> int:
+    if args.command == "gc":
+        report = collect(store, args.keep, args.min_age, dry_run=args.dry_run)
+        print(report.render(verbose=not args.quiet))
+        return 0
+    if args.command == "upgrade":
+        print(upgrade(store, sys.stderr).render())
+        return 0
+    if args.command == "inspect":
+        entries = history(store)
+        print(render_history(entries))
+        tags = {e.version.tag: e.version.sequence for e in entries if e.version}
+        for line in describe_degraded(store, tags):
+            print(line)
+        return 0
+    # Which version is current is the history's decision (storage.newest), not the first
+    # replica's manifest: a replica that missed a commit must not be taken as the truth.
+    report = verify(store) if args.command == "verify" else repair(store)
     print(report.render())
     if args.command == "verify":
         return 0 if report.ok else 1

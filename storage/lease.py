@@ -57,10 +57,11 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TextIO
 
 from storage.layout import LEASE, LEASE_TAKEOVER_PREFIX
 from storage.manifest import write_atomic
+from storage.retry import TIMEOUT, TRANSIENT, classify
 from storage.urls import Location, display_url
 
 FORMAT = "shardflow.lease/1"
@@ -527,3 +528,55 @@ class Lease:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+class PrimaryUnavailableError(OSError):
+    """The primary replica cannot hold the writer lease: unreachable or refusing."""
+
+
+#: how often ``wait`` asks again, and how often it says that it still waits
+WAIT_POLL_S, WAIT_SAY_S = 5.0, 30.0
+
+
+def hold(loc: Location, name: str, what: str, ttl_s: float = DEFAULT_TTL_S, wait: bool = False,
+         log: TextIO | None = None) -> Lease:
+    """The writer lease of the dataset at ``loc`` (the primary replica, named ``name``), taken
+    for ``what`` ("run", "gc", "repair", ...) and renewed until :meth:`Lease.release`.
+
+    Every writer of a dataset takes it, the pipeline and the admin commands that write alike:
+    a gc during a run would delete the shards the run wrote and no manifest names yet. Taking
+    the lease is the writer's first request to the primary, so a primary that is down fails it
+    here in one line (:class:`PrimaryUnavailableError`), whatever a write quorum allows: the
+    lease and a run's scratch live there alone. When held by another writer,
+    :class:`LeaseHeldError` at once, or with ``wait`` a line on ``log`` and a poll until free.
+    """
+    log = log or sys.stderr
+    lease = Lease(loc, ttl_s=ttl_s)
+    said: list[tuple[str, float]] = []
+
+    def waiting(holder: Holder) -> None:
+        if not said or said[-1][0] != holder.run_id or time.monotonic() - said[-1][1] > WAIT_SAY_S:
+            said.append((holder.run_id, time.monotonic()))
+            print(f"shardflow: waiting for the writer lease on {lease.url}, held by "
+                  f"{holder.describe()}", file=log, flush=True)
+
+    try:
+        lease.acquire(wait=wait, poll_s=min(WAIT_POLL_S, ttl_s / 3), on_wait=waiting,
+                      hint="run again with --wait to wait for it (a writer that died leaves a "
+                           "lease that is taken over once it expires)")
+    except LeaseHeldError:
+        raise
+    except Exception as exc:
+        state = ("is unreachable" if classify(exc) in (TRANSIENT, TIMEOUT)
+                 else f"refused the {what}'s writer lease")
+        detail = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        raise PrimaryUnavailableError(
+            f"primary {name} {state} ({detail[:300]}): a {what} holds its writer lease (and a "
+            "run its scratch, _work/) on the primary replica alone, so it needs the primary "
+            "whatever --write-quorum allows; bring it back, or list a reachable replica "
+            "first") from None
+    if lease.took_over is not None:
+        print(f"shardflow: took over the stale writer lease of {lease.took_over.describe()}",
+              file=log)
+    lease.start_renewing()
+    return lease

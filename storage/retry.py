@@ -136,6 +136,20 @@ def classify(exc: BaseException) -> str:
     return PERMANENT
 
 
+def is_store_error(exc: BaseException) -> bool:
+    """Did talking to a store fail (rather than our code)? A CLI reports such an error in one
+    line instead of a traceback. botocore's errors (``EndpointConnectionError``, a
+    ``ClientError`` that s3fs did not translate) and aiohttp's are no ``OSError``."""
+    types: list[type[BaseException]] = [OSError]
+    boto = _loaded("botocore.exceptions")
+    if boto is not None:
+        types += [boto.BotoCoreError, boto.ClientError]
+    aio = _loaded("aiohttp")
+    if aio is not None:
+        types.append(aio.ClientError)
+    return any(isinstance(e, tuple(types)) for e in _chain(exc))
+
+
 def is_throttle(exc: BaseException) -> bool:
     """Is this the store asking us to slow down (S3 SlowDown & co., HTTP 429/503)?"""
     return classify(exc) == THROTTLE
