@@ -55,8 +55,9 @@ WORK_PER_OPCODE = 64
 #: Work always admitted, so tiny files are not judged by their ratio alone.
 WORK_SLACK = 1 << 20
 #: Estimated bytes of Python objects admitted per byte of pickle. Real DCP metadata unpickles
-#: to ~10-20x its size (many small dataclass instances); an ``EMPTY_SET`` bomb to ~200x.
-MEMORY_PER_BYTE = 48
+#: to ~14x its size (tracemalloc; estimated here ~16x); an ``EMPTY_SET`` bomb to ~200x. The walk
+#: itself holds about as much as it estimates, so this bounds its own memory too.
+MEMORY_PER_BYTE = 32
 #: Memory always admitted.
 MEMORY_SLACK = 64 << 20
 #: Saturation of tree sizes (Python ints are unbounded; a DAG's size is not worth computing).
@@ -98,6 +99,9 @@ _ITEM_BYTES = {"tuple": 8, "list": 9, "dict": 24, "set": 32, "frozenset": 32,
 #: A memo slot: CPython keeps a pointer array sized to twice the largest index.
 _MEMO_BYTES = 16
 _ODICT = ("collections", "OrderedDict")
+
+
+_LEAF = _Node("leaf")
 
 
 class _Walk:
@@ -237,7 +241,7 @@ class _Walk:
                         "buffers are not allowed)")
 
     def op_leaf(self, arg: object) -> None:
-        self.stack.append(_Node("leaf"))
+        self.stack.append(_LEAF)  # immutable and childless: one node serves all
         self.charge("leaf", 0)
 
     def op_text(self, arg: object) -> None:
