@@ -27,10 +27,31 @@ def progress_state(progress: Progress) -> dict[str, Any]:
             "mid_step_layout": list(progress.mid_step_layout or []) or None}
 
 
+#: Largest epoch or sample count a state may hold (2**53: exact as a JSON number anywhere).
+MAX_COUNT = 1 << 53
+
+
+def _count(value: Any, name: str, lo: int = 0) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= MAX_COUNT:
+        raise LoaderStateError(f"loader state field {name!r} is {value!r:.40}, not an integer "
+                               f"in [{lo}, {MAX_COUNT}]")
+    return value
+
+
 def progress_from_state(state: dict[str, Any]) -> Progress:
+    """The :class:`Progress` in ``state``; :class:`LoaderStateError` naming the field that is
+    missing or not a count (a state is read from a checkpoint: outside input)."""
+    for key in ("epoch", "lane_pos", "into_step"):
+        if key not in state:
+            raise LoaderStateError(f"loader state field {key!r} is missing")
     mid = state.get("mid_step_layout")
-    return Progress(int(state["epoch"]), int(state["lane_pos"]), int(state["into_step"]),
-                    (int(mid[0]), int(mid[1])) if mid else None)
+    if mid is not None and (not isinstance(mid, list | tuple) or len(mid) != 2):
+        raise LoaderStateError(f"loader state field 'mid_step_layout' is {mid!r:.40}, not "
+                               "[world size, batch size]")
+    return Progress(_count(state["epoch"], "epoch"), _count(state["lane_pos"], "lane_pos"),
+                    _count(state["into_step"], "into_step"),
+                    (_count(mid[0], "mid_step_layout", 1), _count(mid[1], "mid_step_layout", 1))
+                    if mid else None)
 
 
 def make_state(progress: Progress, plan: dict[str, Any]) -> dict[str, Any]:
@@ -39,12 +60,16 @@ def make_state(progress: Progress, plan: dict[str, Any]) -> dict[str, Any]:
 
 def check_state(state: dict[str, Any], plan: dict[str, Any]) -> Progress:
     """The progress in ``state``; :class:`LoaderStateError` unless it is for ``plan``."""
+    if not isinstance(state, dict):
+        raise LoaderStateError(f"loader state is a {type(state).__name__}, not a dict")
     if state.get("version") != STATE_VERSION:
         raise LoaderStateError(
             f"loader state version {state.get('version')!r}, expected {STATE_VERSION} (a "
             "state saved by a loader before the per-lane plan cannot be continued: its order "
             "was another one)")
     theirs = state.get("plan", {})
+    if not isinstance(theirs, dict):
+        raise LoaderStateError(f"loader state field 'plan' is {theirs!r:.40}, not a dict")
     diff = [f"{k}: saved {theirs.get(k)!r}, now {plan[k]!r}" for k in sorted(plan)
             if theirs.get(k) != plan[k]]
     if diff:

@@ -44,6 +44,13 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 from storage import Location, resolve
 from storage.urls import S3_DEFAULTS, s3_options_from_env
+from trainer.checkpoint_files import (
+    MAX_JSON_BYTES,
+    CheckpointFileError,
+    check_rng_state,
+    check_trainer_state,
+    read_json,
+)
 from trainer.safe_metadata import UnsafeCheckpointError, load_metadata, read_capped
 
 FORMAT_VERSION = 1
@@ -342,18 +349,44 @@ class Checkpointer:
         return resume
 
 
+def _read_json_file(loc: Location, relative: str) -> dict[str, Any]:
+    source = loc.child_url(relative)
+    with loc.fs.open(loc.path(relative), "rb") as f:
+        return read_json(f.read(MAX_JSON_BYTES + 1), source)
+
+
 def load_checkpoint(url: str, model: nn.Module, optimizer: torch.optim.Optimizer,
-                    storage_options: dict[str, Any] | None = None) -> LoadedCheckpoint:
+                    storage_options: dict[str, Any] | None = None, *,
+                    max_step: int | None = None) -> LoadedCheckpoint:
     """Load model and optimizer (resharded to this world size by DCP), restore this rank's RNG
-    states when the checkpoint has them, and return the trainer state."""
+    states when the checkpoint has them, and return the trainer state.
+
+    Every file is validated before anything is loaded or changed (``trainer.json`` and this
+    rank's RNG file field by field, ``.metadata`` by :mod:`trainer.safe_metadata`); any fault
+    is a :class:`CheckpointError` naming the file. ``max_step``: this run's ``--steps``.
+    """
     loc = resolve(url, storage_options)
     if not loc.fs.exists(loc.path(COMPLETE)):
         raise CheckpointError(f"{url} is not a complete checkpoint (no {COMPLETE} marker)")
-    with loc.fs.open(loc.path(TRAINER_STATE), "rb") as f:
-        trainer_state = json.loads(f.read().decode("utf-8"))
-    if trainer_state.get("format") != FORMAT_VERSION:
-        raise CheckpointError(f"{url}: checkpoint format {trainer_state.get('format')!r}, "
-                              f"expected {FORMAT_VERSION}")
+    name = loc.url.rstrip("/").rsplit("/", 1)[-1]
+    named = _STEP_DIR.match(name)
+    rank, _ = _rank_world()
+    rng_relative = f"rng/rank{rank:05d}.json"
+    rng_path = loc.path(rng_relative)
+    rng: dict[str, Any] | None = None
+    try:
+        trainer_state = _read_json_file(loc, TRAINER_STATE)
+        step = check_trainer_state(trainer_state, loc.child_url(TRAINER_STATE),
+                                   format_version=FORMAT_VERSION,
+                                   dir_step=int(named.group(1)) if named else None,
+                                   max_step=max_step)
+        if loc.fs.exists(rng_path):  # a rank that did not exist before keeps its seeded state
+            rng = _read_json_file(loc, rng_relative)
+            check_rng_state(rng, loc.child_url(rng_relative))
+    except CheckpointFileError as exc:
+        raise CheckpointError(str(exc)) from None
+    except FileNotFoundError:
+        raise CheckpointError(f"{url}: no {TRAINER_STATE}") from None
     try:  # DCP reads it again (safely too), but would bury this error in a collective's
         with loc.fs.open(loc.path(".metadata"), "rb") as f:
             source = loc.child_url(".metadata")
@@ -369,11 +402,6 @@ def load_checkpoint(url: str, model: nn.Module, optimizer: torch.optim.Optimizer
              planner=SafeLoadPlanner())
     set_state_dict(model, optimizer, model_state_dict=state_dict["model"],
                    optim_state_dict=state_dict["optim"])
-    rank, _ = _rank_world()
-    rng_path = loc.path(f"rng/rank{rank:05d}.json")
-    restored = False
-    if loc.fs.exists(rng_path):  # a rank that did not exist before keeps its seeded state
-        with loc.fs.open(rng_path, "rb") as f:
-            set_rng_state(json.loads(f.read().decode("utf-8")))
-        restored = True
-    return LoadedCheckpoint(loc.url, int(trainer_state["step"]), trainer_state, restored)
+    if rng is not None:
+        set_rng_state(rng)
+    return LoadedCheckpoint(loc.url, step, trainer_state, rng is not None)

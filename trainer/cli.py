@@ -15,13 +15,14 @@ def main(argv: list[str] | None = None) -> int:
         return plot_main(argv[1:])
 
     from storage import DatasetNotFoundError, ManifestError, redact
+    from trainer.checkpoint import CheckpointError
     from trainer.config import ConfigError, parse_args
     from trainer.train import run
 
     cfg = parse_args(argv)
     try:
         run(cfg)
-    except (ConfigError, DatasetNotFoundError, ManifestError) as exc:
+    except (ConfigError, CheckpointError, DatasetNotFoundError, ManifestError) as exc:
         # Expected user errors: one line, not a traceback (per rank under torchrun).
         opts = redact(cfg.storage_options)
         hint = f" (storage options: {opts})" if opts else ""

@@ -25,7 +25,8 @@ from typing import Any
 import torch
 from torch.distributed.tensor import DTensor
 
-from trainer.checkpoint import Checkpointer, load_checkpoint
+from loaders.state import LoaderStateError
+from trainer.checkpoint import Checkpointer, CheckpointError, load_checkpoint
 from trainer.config import ConfigError, TrainConfig, resolve, resolve_batch
 from trainer.data import EpochLoader, EpochStream, build_loader, dataset_vocab_size
 from trainer.distributed import (
@@ -158,7 +159,8 @@ def train(
     resume_from = resume_target(cfg, checkpointer)
     start_step = 1
     if resume_from is not None:
-        loaded = load_checkpoint(resume_from, model, optimizer, cfg.checkpoint_storage_options)
+        loaded = load_checkpoint(resume_from, model, optimizer, cfg.checkpoint_storage_options,
+                                 max_step=cfg.steps)
         restore_trainer_state(loaded.trainer_state, cfg, info, stream, scheduler)
         start_step = loaded.step + 1
         log(info, f"trainer: resumed from {loaded.path} at step {loaded.step} (epoch "
@@ -293,7 +295,10 @@ def restore_trainer_state(state: dict[str, Any], cfg: TrainConfig, info: DistInf
             raise ConfigError(f"the checkpoint was written with {key}={saved}, this run has "
                               f"{now}; resume with the same value (the per-rank batch may "
                               f"change with the world size, the global batch may not)")
-    stream.load_state_dict(state["stream"])
+    try:
+        stream.load_state_dict(state["stream"])
+    except LoaderStateError as exc:  # a saved loader state of another plan, or malformed
+        raise CheckpointError(f"trainer.json: field 'stream.loader': {exc}") from None
     sched = dict(state["scheduler"])
     sched["lr_lambdas"] = [None] * len(scheduler.optimizer.param_groups)
     scheduler.load_state_dict(sched)

@@ -193,7 +193,7 @@ def test_torchrun_resume_auto_on_a_hostile_checkpoint_runs_no_code(
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1",
          "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", "-m", "trainer",
-         "--data", tiny_vocab_dataset, "--steps", "2", "--checkpoint-dir", str(ck),
+         "--data", tiny_vocab_dataset, "--steps", "10", "--checkpoint-dir", str(ck),
          "--resume", "auto", "--device", "cpu", "--layers", "1", "--width", "16",
          "--heads", "2", "--seq-len", "16", "--batch-size", "2",
          "--run-dir", str(tmp_path / "run")],
