@@ -97,13 +97,20 @@ def prefix_at(sizes: np.ndarray, index: np.ndarray, chunk: int = CHUNK) -> np.nd
     return out
 
 
+#: Blocks per window inside each lane, the one default (``loaders.settings`` and every loader
+#: use it). A rank holds about lanes-per-rank x window_blocks row groups decoded (plus the
+#: read-ahead): 2 keeps a default rank (8 lanes) at ~16 row groups, what the one-stream plan
+#: held at 16, with every batch's samples from 8 different regions.
+DEFAULT_WINDOW_BLOCKS = 2
+
+
 @dataclass(frozen=True)
 class PlanParams:
     """What fixes the order of an epoch (besides the sizes of the row groups)."""
 
     seed: int = 0
     shuffle: bool = True
-    window_blocks: int = 4
+    window_blocks: int = DEFAULT_WINDOW_BLOCKS
 
 
 def block_permutation(n_blocks: int, params: PlanParams, epoch: int) -> Feistel | None:

@@ -17,12 +17,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from loaders.cache import DEFAULT_CACHE_BYTES
-from loaders.plan import PlanParams
+from loaders.plan import DEFAULT_WINDOW_BLOCKS, PlanParams
 
-#: Blocks per window inside each lane. A rank holds about lanes-per-rank x window_blocks row
-#: groups decoded (plus the read-ahead): 2 keeps a default rank (8 lanes) at ~16 row groups,
-#: what the one-stream plan held at 16, with every batch's samples from 8 different regions.
-DEFAULT_WINDOW_BLOCKS = 2
+__all__ = ["DEFAULT_WINDOW_BLOCKS", "LoaderSettings", "ReadSettings"]
 
 
 @dataclass(frozen=True)
@@ -45,8 +42,7 @@ class ReadSettings:
 @dataclass(frozen=True)
 class LoaderSettings:
     seq_len: int
-    plan: PlanParams = field(default_factory=lambda: PlanParams(
-        window_blocks=DEFAULT_WINDOW_BLOCKS))
+    plan: PlanParams = field(default_factory=PlanParams)
     read: ReadSettings = field(default_factory=ReadSettings)
     return_sample_id: bool = False
     return_position_ids: bool = False
@@ -82,8 +78,8 @@ class LoaderSettings:
                 groups[""][key] = value
             else:
                 raise TypeError(f"unknown loader setting {key!r}")
-        plan = {"window_blocks": DEFAULT_WINDOW_BLOCKS, **groups["plan"]}
-        return cls(seq_len, PlanParams(**plan), ReadSettings(**groups["read"]), **groups[""])
+        return cls(seq_len, PlanParams(**groups["plan"]), ReadSettings(**groups["read"]),
+                   **groups[""])
 
 
 _PLAN_KEYS = {f.name for f in fields(PlanParams)}
