@@ -1,0 +1,280 @@
+"""The one configuration mechanism of every command (``python -m pipeline|trainer|storage``).
+
+Each component owns a typed dataclass (``pipeline.config.PipelineConfig``,
+``trainer.config.TrainConfig``); `cyclopts <https://cyclopts.readthedocs.io>`_ turns its fields
+into ``--kebab-case`` flags (``--x/--no-x`` for booleans) with the field's ``metadata["help"]``
+as help, and this module adds what every command shares:
+
+- :func:`load_config_file`: the one ``--config FILE`` loader (TOML, YAML or JSON by extension;
+  keys are the flags' names, dashes or underscores; an unknown key is an error naming it);
+- environment overrides ``SHARDFLOW_<COMPONENT>_<FIELD>`` (:func:`env_prefix`);
+- ``--storage-options JSON|@FILE`` (:data:`StorageOptions`), defaulting to
+  ``$SHARDFLOW_STORAGE_OPTIONS``, whose errors never echo a value (it may hold credentials);
+- :func:`parse`: cyclopts' parse with our error convention (one ``error: ...`` line, rc 2).
+
+Precedence, for every value: command-line flags, then the ``--config`` file, then the
+environment, then the dataclass default (stated once, on the field).
+
+It lives in ``storage`` because storage imports nothing of ours and every package may import
+storage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+from cyclopts import App, Parameter, Token
+from cyclopts.argument import ArgumentCollection
+from cyclopts.argument._collection import update_argument_collection
+from cyclopts.config import Env
+from cyclopts.exceptions import CycloptsError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+#: the default of every ``--storage-options`` flag: JSON or ``@FILE``, like the flag
+STORAGE_OPTIONS_ENV = "SHARDFLOW_STORAGE_OPTIONS"
+
+#: every environment override starts with this (``SHARDFLOW_PIPELINE_MIN_CHARS=20``)
+ENV_PREFIX = "SHARDFLOW_"
+
+STORAGE_OPTIONS_HELP = (
+    "fsspec options shared by all replicas, as a JSON object or @FILE (a file holding one); "
+    f"default: ${STORAGE_OPTIONS_ENV}, same syntax. Secrets given inline are visible to every "
+    "local user in the process list (/proc/PID/cmdline): put them in a file (@FILE), in "
+    f"${STORAGE_OPTIONS_ENV}, or in AWS_* environment variables")
+
+
+class OptionsError(ValueError):
+    """A ``--storage-options`` value that is no JSON object; the message never holds it."""
+
+
+class ConfigFileError(CycloptsError):
+    """A ``--config`` file that cannot be read or names an unknown key (reported like a bad
+    flag: one line, rc 2)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(msg=message)
+
+
+class _FromEnvironment(str):
+    """A default taken from ``$SHARDFLOW_STORAGE_OPTIONS`` (so errors name the variable)."""
+
+    __slots__ = ()
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """Options given as a JSON object, or as ``@FILE`` holding one.
+
+    Errors name the file or variable but never echo the value: it may hold credentials.
+    """
+    where = f"${STORAGE_OPTIONS_ENV}" if isinstance(text, _FromEnvironment) else "value"
+    if text.startswith("@"):
+        path = os.path.expanduser(text[1:])
+        where = f"{where} @{path}" if isinstance(text, _FromEnvironment) else f"file {path}"
+        try:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise OptionsError(
+                f"cannot read {where}: {exc.strerror or type(exc).__name__}") from None
+        except UnicodeDecodeError:
+            raise OptionsError(f"{where} is not UTF-8 text") from None
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        reason = f"{exc.msg} at line {exc.lineno} column {exc.colno}" if isinstance(
+            exc, json.JSONDecodeError) else "nested too deeply"
+        raise OptionsError(f"{where} is not valid JSON ({reason})") from None
+    if not isinstance(value, dict):
+        raise OptionsError(f"{where} must be a JSON object, e.g. '{{\"anon\": false}}', not "
+                           f"{type(value).__name__}")
+    return value
+
+
+def storage_options_default(fallback: Any = None) -> Any:
+    """``$SHARDFLOW_STORAGE_OPTIONS`` when set (to be parsed by :func:`json_object`, which then
+    names the variable in its errors), else ``fallback``."""
+    value = os.environ.get(STORAGE_OPTIONS_ENV)
+    return _FromEnvironment(value) if value else fallback
+
+
+def _options_converter(type_: Any, tokens: Sequence[Token]) -> dict[str, Any]:
+    """cyclopts converter of ``--storage-options``: :func:`json_object` on the one token,
+    told when the token came from ``$SHARDFLOW_STORAGE_OPTIONS``. An :class:`OptionsError`
+    (a ValueError) becomes cyclopts' "Invalid value for --storage-options: ..." line, which
+    shows our message, never the token."""
+    token = tokens[-1]
+    text = token.value
+    if token.source == "env" and token.keyword == STORAGE_OPTIONS_ENV:
+        text = _FromEnvironment(text)
+    return json_object(text)
+
+
+#: the ``--storage-options`` flag of every command (``env_var``: cyclopts reads the variable
+#: when neither the flag nor the ``--config`` file gives a value)
+StorageOptions = Annotated[dict[str, Any] | None, Parameter(
+    converter=_options_converter, env_var=STORAGE_OPTIONS_ENV, accepts_keys=False, n_tokens=1,
+    metavar="JSON|@FILE", help=STORAGE_OPTIONS_HELP)]
+
+#: a ``--checkpoint-storage-options``-like flag: the same syntax, no environment default
+OptionsFlag = Annotated[dict[str, Any] | None, Parameter(
+    converter=_options_converter, accepts_keys=False, n_tokens=1, metavar="JSON|@FILE")]
+
+
+def env_prefix(component: str) -> str:
+    """``SHARDFLOW_PIPELINE_``: the prefix of a component's environment overrides; a field
+    ``min_chars`` is read from ``SHARDFLOW_PIPELINE_MIN_CHARS``."""
+    return f"{ENV_PREFIX}{component.upper()}_"
+
+
+def _key(name: str) -> str:
+    return name.replace("-", "_")
+
+
+def load_config_file(path: str, known: Iterable[str]) -> dict[str, Any]:
+    """A ``--config`` file as ``{field_name: value}``: TOML (``.toml``), YAML (``.yaml``,
+    ``.yml``) or JSON (``.json``); keys with dashes or underscores. An unknown key is an error
+    that names it and the known ones: a typo must not be silently ignored."""
+    suffix = Path(path).suffix.lower()
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        if suffix == ".json":
+            data = json.loads(text)
+        elif suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+        else:
+            data = tomllib.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # TOML and JSON errors are ValueErrors
+        raise ValueError(f"--config {path}: {exc}") from None
+    except Exception as exc:  # yaml.YAMLError
+        raise ValueError(f"--config {path}: {type(exc).__name__}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"--config {path}: expected a table of keys, not {type(data).__name__}")
+    known = set(known)
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = _key(str(key))
+        if name not in known:
+            raise ValueError(f"--config {path}: unknown key {key!r} "
+                             f"(known: {', '.join(sorted(known))})")
+        out[name] = value
+    return out
+
+
+def _field_name(argument: Any) -> str | None:
+    """The config key of a cyclopts argument: its flag without dashes, or (positional) its
+    Python name; ``None`` for a dataclass holding flattened fields."""
+    longs = [n for n in argument.names if n.startswith("--") and not n.startswith("--no-")]
+    if longs:
+        return _key(longs[0][2:])
+    if argument.field_info.kind is argument.field_info.VAR_POSITIONAL:
+        return argument.field_info.name
+    return None
+
+
+class FileSource:
+    """cyclopts config source for ``--config FILE``: reads the file named by the ``--config``
+    token of the command line being parsed and fills every argument the flags left unset."""
+
+    def __call__(self, app: App, commands: tuple[str, ...], arguments: ArgumentCollection) -> None:
+        by_name = {n: a for a in arguments if a.parse and (n := _field_name(a)) is not None}
+        config = by_name.pop("config", None)
+        if config is None or not config.tokens:
+            return
+        path = config.tokens[-1].value
+        try:
+            data = load_config_file(path, by_name)
+        except ValueError as exc:
+            raise ConfigFileError(str(exc)) from None
+        rest: dict[str, Any] = {}
+        for name, value in data.items():
+            argument = by_name[name]
+            if argument.tokens:
+                continue  # the flag wins
+            if isinstance(value, dict):
+                value = json.dumps(value)  # an options table, parsed like the flag's JSON
+            if argument.field_info.kind is argument.field_info.VAR_POSITIONAL:
+                values = value if isinstance(value, list) else [value]
+                for i, v in enumerate(values):
+                    argument.append(Token(value=str(v), source=path, index=i))
+                continue
+            rest[name.replace("_", "-")] = value
+        update_argument_collection(rest, path, arguments, app.app_stack.stack[-1],
+                                   root_keys=(), allow_unknown=False)
+
+
+def make_app(name: str, help: str, component: str, **kwargs: Any) -> App:
+    """A cyclopts App whose commands take ``--config FILE`` and ``SHARDFLOW_<COMPONENT>_*``:
+    flags first, then the file, then the environment, then the defaults."""
+    return App(name=name, help=help, help_format="plaintext", version_flags=(),
+               config=[FileSource(), Env(env_prefix(component), command=False, show=False)],
+               **kwargs)
+
+
+@Parameter(name="*")
+@dataclass
+class ReplicaFlags:
+    """The flags that name a replicated dataset (every command that reads or writes one)."""
+
+    replica: Annotated[list[str], Parameter(negative="", metavar="URL")] = field(
+        default_factory=list, metadata={
+            "help": "another copy of the dataset (repeatable); reads fail over to it"})
+    replica_config: Annotated[str | None, Parameter(metavar="FILE")] = field(
+        default=None, metadata={
+            "help": "TOML/JSON file with [[replica]] url, profile, storage_options per replica "
+                    "and write_quorum (see storage/replica_config.py)"})
+    storage_options: StorageOptions = None
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return self.storage_options or {}
+
+    def spec(self, url: str | None, write_quorum: int | None = None) -> Any:
+        """The replicas named by ``url``, ``--replica`` and ``--replica-config``, in that
+        order (a :class:`storage.replica_config.ReplicaConfig`)."""
+        from storage.replica_config import ReplicaConfig, load_replica_config
+
+        urls = ([url] if url else []) + list(self.replica)
+        options: list[dict[str, Any] | None] = [None] * len(urls)
+        if self.replica_config:
+            cfg = load_replica_config(self.replica_config)
+            urls += cfg.urls
+            options += cfg.options
+            write_quorum = write_quorum if write_quorum is not None else cfg.write_quorum
+        if not urls:
+            raise ValueError("no dataset URL given")
+        return ReplicaConfig(urls, options, write_quorum)
+
+    def store(self, url: str | None) -> Any:
+        """The :class:`storage.ReplicaSet` these flags name, with ``url`` first."""
+        from storage import ReplicaSet
+
+        spec = self.spec(url)
+        return ReplicaSet.from_urls(spec.urls, self.options, spec.options,
+                                    write_quorum=spec.write_quorum)
+
+
+#: the ``--config`` parameter every command takes (read by :class:`FileSource`)
+ConfigFlag = Annotated[str | None, Parameter(name="--config", metavar="FILE")]
+
+
+def parse(app: App, argv: Sequence[str]) -> tuple[Callable[..., Any], Any]:
+    """(command, bound arguments) for ``argv``; a usage error, a bad value or a bad
+    ``--config`` file prints one ``error: ...`` line and exits 2, like argparse did."""
+    try:
+        command, bound, _ = app.parse_args(list(argv), exit_on_error=False, print_error=False)
+    except CycloptsError as exc:
+        print(f"error: {exc}".rstrip(), file=sys.stderr)
+        raise SystemExit(2) from None
+    return command, bound
