@@ -93,8 +93,9 @@ def write_token_dataset(store: Any, tokens: np.ndarray, n_shards: int,
     from pipeline import tokenizing
     from pipeline.shards import encode_shard, schema_description
     from storage import MANIFEST, TOKENIZER, Manifest, TokenizerInfo
-    from storage.index import with_index, write_index
-    from storage.tokens import token_dtype
+    from storage.format.index import with_index
+    from storage.format.tokens import token_dtype
+    from storage.io.index_store import write_index
 
     tok = tokenizing.gpt2()
     dtype = token_dtype(tok.vocab_size)

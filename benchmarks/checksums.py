@@ -6,7 +6,7 @@ pipeline writes (~0.6 MB: a 256 Ki-token row group of GPT-2 ids after zstd), rea
 (a shard of the Shakespeare GPT-2 stream) rather than random ones:
 
 - ``sha256`` (hashlib / OpenSSL; SHA-NI where the CPU has it): what pieces used before;
-- ``blake3`` (the ``blake3`` package): what the pipeline records now (``storage.checksums``);
+- ``blake3`` (the ``blake3`` package): what the pipeline records now (``storage.format.checksums``);
 - ``xxh3_128`` (``xxhash``) and ``crc32c`` (``google-crc32c``): non-cryptographic, for scale;
   measured when installed, never chosen (a replica could match them by design).
 

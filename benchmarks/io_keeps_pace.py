@@ -35,8 +35,8 @@ from benchmarks.bench_utils import (  # noqa: E402
     write_token_dataset,
 )
 from loaders import build_dataloader  # noqa: E402
+from loopback_s3 import start_servers  # noqa: E402
 from storage import ReplicaSet  # noqa: E402
-from storage.testing import start_servers  # noqa: E402
 
 H100_BF16 = 989e12
 MFU = 0.40

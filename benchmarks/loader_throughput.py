@@ -9,7 +9,7 @@ Loaders measured (``CONFIGS`` below; medians over ``--runs`` full epochs, warm p
 
 - ``shardflow_local`` / ``shardflow_s3``: ``build_dataloader(url, 8, 2048)`` with its DEFAULT
   settings (in-process, one batch thread, read-ahead thread pool), from local disk and from a
-  real S3 server on loopback (MinIO or SeaweedFS, ``storage.testing``).
+  real S3 server on loopback (MinIO or SeaweedFS, ``loopback_s3``).
 - ``shardflow_s3_cached``: from S3 with ``cache_dir`` set: the first epoch fills the local
   disk cache, the others read from it (so the median is the warm figure).
 - ``shardflow_local_bt`` / ``shardflow_local_rt4``: the local default with one setting changed,
@@ -740,7 +740,7 @@ def main() -> int:
 
     if args.workers_sweep:
         return workers_sweep(args)
-    from storage.testing import start_servers
+    from loopback_s3 import start_servers
 
     n_tokens, runs, configs = int(args.tokens), args.runs, CONFIGS
     if args.quick:

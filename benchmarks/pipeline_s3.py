@@ -2,7 +2,7 @@
 
 Each run is ``python -m pipeline run`` in a fresh process (its own LocalCluster, its own S3
 clients), output either to a local directory or to a bucket on a real S3 server on loopback
-(SeaweedFS or MinIO, ``storage.testing``); the two alternate, ``--runs`` times each. The
+(SeaweedFS or MinIO, ``loopback_s3``); the two alternate, ``--runs`` times each. The
 figure is the pipeline's own ``wall time`` line (cluster start to commit); the ratio
 ``s3_vs_local`` (local seconds / S3 seconds, medians) says what the object store costs. Every
 S3 task reads and writes through the store: this is where a per-task client cost shows
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_utils import RESULTS, ROOT, median, write_results  # noqa: E402
 from benchmarks.pipeline_throughput import CORPUS_DIR, build_corpus  # noqa: E402
-from storage.testing import start_servers  # noqa: E402
+from loopback_s3 import start_servers  # noqa: E402
 
 _WALL = re.compile(r"^wall time\s+([\d.]+) s", re.MULTILINE)
 _TOKENS = re.compile(r"^tokens\s+([\d,]+)", re.MULTILINE)

@@ -1,6 +1,6 @@
 """What one rank pays to start (and to resume) at trillion-token scale: build time, peak RSS.
 
-A synthetic ``shardflow.dataset/2`` dataset (a binary row-group index, :mod:`storage.index`,
+A synthetic ``shardflow.dataset/2`` dataset (a binary row-group index, :mod:`storage.format.index`,
 and the manifest naming it; no shard data) of ``--row-groups`` row groups of ~256 Ki tokens
 (262,144 plus up to 4,000: the overshoot of the document that closes a row group), 16 per
 shard, goes through the loader's own code path:
@@ -61,7 +61,7 @@ def _status_mb(field: str) -> float:
 
 def make_index(n_groups: int, path: Path) -> None:
     """Write a synthetic index of ``n_groups`` row groups (deterministic)."""
-    from storage.index import build_index_arrays
+    from storage.format.index import build_index_arrays
 
     rng = np.random.default_rng(n_groups)
     n_shards = -(-n_groups // GROUPS_PER_SHARD)
@@ -98,7 +98,7 @@ def write_manifest_for(index_file: Path, root: Path) -> Any:
     """Make ``root`` a v2 dataset around the index at ``index_file`` (moved to its
     content-addressed name); the manifest's totals come from the index."""
     from storage import Manifest, TokenizerInfo, Totals, index_name, resolve, write_manifest
-    from storage.index import index_ref, read_index
+    from storage.format.index import index_ref, read_index
 
     data = index_file.read_bytes()
     ref = index_ref(index_name(hashlib.sha256(data).hexdigest()), data)

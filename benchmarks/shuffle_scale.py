@@ -14,7 +14,7 @@ Both must find the same drops. ``--task-keys`` shrinks a task's keys (the pipeli
 512 Ki) so that a few million keys on this machine make as many buckets as a corpus thousands
 of times larger: the reads of a step are buckets x groups, so the per-partition layout pays
 ``partitions / groups`` times more of them. Stores: a local directory and a bucket on the
-loopback S3 server (SeaweedFS or MinIO, ``storage.testing``), where every read is a GET.
+loopback S3 server (SeaweedFS or MinIO, ``loopback_s3``), where every read is a GET.
 
 Figures: seconds (median), ranged reads, the driver's count matrices (bytes), and the ratio
 ``per_partition_s / grouped_s`` per store. JSON to benchmarks/results/shuffle_scale.json and
@@ -41,10 +41,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_utils import RESULTS, median, write_results  # noqa: E402
+from loopback_s3 import start_servers  # noqa: E402
 from pipeline import shuffle, work  # noqa: E402
 from pipeline.dedup import ENTRY, KIND_EXACT  # noqa: E402
 from storage import ReplicaSet  # noqa: E402
-from storage.testing import start_servers  # noqa: E402
 
 LAYOUTS = ("grouped", "per_partition")
 

@@ -49,9 +49,9 @@ from benchmarks.bench_utils import (  # noqa: E402
 )
 from loaders import build_dataloader  # noqa: E402
 from loaders.reader import RowGroupIndex, TokenReader  # noqa: E402
+from loopback_s3 import start_servers  # noqa: E402
 from storage import ReplicaSet, resolve  # noqa: E402
 from storage import tokens as token_codec  # noqa: E402
-from storage.testing import start_servers  # noqa: E402
 
 
 def read_shardflow(url: str, options: dict) -> tuple[int, int]:
@@ -125,7 +125,7 @@ def _client_readers(bucket, key: str) -> dict:  # type: ignore[no-untyped-def]
     import s3fs
     from pyarrow import fs as pafs
 
-    from storage.clients import ObstoreS3FileSystem, s3_config
+    from storage.io.clients import ObstoreS3FileSystem, s3_config
 
     opts = bucket.storage_options
     path = f"{bucket.name}/{key}"

@@ -42,13 +42,13 @@ from storage import (
     ReplicaSet,
     tokens,
 )
-from storage.checksums import piece_matches
-from storage.clients import read_range
-from storage.index import digest_hex
-from storage.layout import UnsafePathError
-from storage.local_paths import check_read
-from storage.process_local import ProcessLocal
-from storage.replicas import InvalidObjectError
+from storage.format.checksums import piece_matches
+from storage.format.index import digest_hex
+from storage.format.layout import UnsafePathError
+from storage.io.clients import read_range
+from storage.io.local_paths import check_read
+from storage.io.process_local import ProcessLocal
+from storage.io.replicas import InvalidObjectError
 
 __all__ = ["RowGroupIndex", "TokenReader"]
 

@@ -23,21 +23,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from storage import Manifest, ManifestError, ReplicaSet, tokens
-from storage.checksums import SHA256, piece_key
-from storage.index import (
+from storage.format.checksums import SHA256, piece_key
+from storage.format.index import (
     DIGEST_BYTES,
     LOADER_PLAN_COLUMNS,
     LOADER_READ_COLUMNS,
-    PieceCache,
     build_index,
     check_counts,
     digest_algorithm,
     digest_hex,
-    fetch_columns,
     read_index,
     shard_paths,
 )
-from storage.process_local import ProcessLocal
+from storage.io.index_store import PieceCache, fetch_columns
+from storage.io.process_local import ProcessLocal
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from loaders.prefetch import PrefetchingWindows
 from loaders.reader import RowGroupIndex, TokenReader
 from loaders.settings import LoaderSettings
 from storage import Manifest, ReplicaSet
-from storage.process_local import ProcessLocal, none
+from storage.io.process_local import ProcessLocal, none
 
 
 class Windows(Protocol):

@@ -32,9 +32,9 @@ from storage import (
     ReplicaError,
     redact,
 )
-from storage.cli import add_replica_arguments, replica_spec, store_from_args
-from storage.retry import is_store_error
-from storage.versions import history, render_history
+from storage.admin.cli import add_replica_arguments, replica_spec, store_from_args
+from storage.admin.versions import history, render_history
+from storage.io.retry import is_store_error
 
 
 def _base_type(tp: Any) -> Any:

@@ -60,13 +60,14 @@ from storage import (
     TokenizerInfo,
     commit,
     display_url,
-    index,
     shard_name,
     tokenizer_name,
     tokens,
+    write_index,
 )
-from storage.degraded import describe as describe_degraded
-from storage.lease import Lease, hold
+from storage.format.index import with_index
+from storage.io.degraded import describe as describe_degraded
+from storage.io.lease import Lease, hold
 
 
 @dataclass
@@ -334,7 +335,7 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: Lease, log: TextIO,
     listed = build_manifest(cfg, tok, ones, twos)
     # The row-group index goes before the swap (content-addressed: a rerun rewrites the same
     # bytes under the same name); the manifest then names it instead of listing the shards.
-    manifest = index.with_index(listed, listed.shards, index.write_index(store, listed.shards))
+    manifest = with_index(listed, listed.shards, write_index(store, listed.shards))
     lease.check()  # still ours: no other run can be using _work/ or committing
     recorded = commit(store, manifest, log)  # the swap of manifest.json: last, atomic
     work.remove_work(store)

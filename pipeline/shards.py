@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from pipeline.plan import close_at_target
 from storage import RowGroupInfo, ShardInfo, digest_bytes, tokens
-from storage.checksums import piece_digest
+from storage.format.checksums import piece_digest
 
 SCHEMA = pa.schema([
     pa.field("doc_id", pa.string(), nullable=False),

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from storage import WORK_DIR, ObjectInfo, ReplicaSet, ShardInfo, digest_bytes
-from storage.retry import PERMANENT, classify
-from storage.versions import list_tree
+from storage.io.listing import list_tree
+from storage.io.retry import PERMANENT, classify
 
 
 @dataclass

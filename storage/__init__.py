@@ -1,9 +1,14 @@
-"""Storage: URLs, the dataset layout and manifest, checksums. Imports nothing of ours."""
+"""Storage: the dataset format (:mod:`storage.format`), moving bytes (:mod:`storage.io`) and
+the admin tools (:mod:`storage.admin`). Imports nothing of ours.
 
-from storage import tokens
-from storage.checksums import digest_bytes, digest_stream
-from storage.index import IndexFormatError, objects_of, shards_of, write_index
-from storage.layout import (
+The names below are the package's public API, re-exported from where they live; keep this list
+to what a training job needs at import time (``import loaders`` loads it)."""
+
+from storage.admin.versions import Version, commit, store_versions
+from storage.format import tokens
+from storage.format.checksums import digest_bytes, digest_stream
+from storage.format.index import IndexFormatError
+from storage.format.layout import (
     INDEX_DIR,
     MANIFEST,
     QUARANTINE_DIR,
@@ -19,7 +24,7 @@ from storage.layout import (
     tokenizer_name,
     version_name,
 )
-from storage.manifest import (
+from storage.format.manifest import (
     FORMAT_V1,
     FORMAT_V2,
     DatasetNotFoundError,
@@ -31,18 +36,12 @@ from storage.manifest import (
     ShardInfo,
     TokenizerInfo,
     Totals,
-    read_manifest,
-    write_atomic,
-    write_manifest,
 )
-from storage.replicas import (
-    ChecksumMismatchError,
-    QuorumError,
-    ReplicaError,
-    ReplicaSet,
-)
-from storage.urls import Location, display_url, redact, resolve
-from storage.versions import Version, commit, store_versions
+from storage.io.atomic import write_atomic
+from storage.io.index_store import objects_of, shards_of, write_index
+from storage.io.manifest_store import read_manifest, write_manifest
+from storage.io.replicas import ChecksumMismatchError, QuorumError, ReplicaError, ReplicaSet
+from storage.io.urls import Location, display_url, redact, resolve
 
 __all__ = [
     "MANIFEST", "QUARANTINE_DIR", "SHARDS_DIR", "TOKENIZER", "ChecksumMismatchError",

@@ -1,6 +1,6 @@
 import sys
 
-from storage.cli import main
+from storage.admin.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -15,7 +15,7 @@ from hypothesis import settings
 settings.register_profile("shardflow", deadline=None)
 settings.load_profile("shardflow")
 
-pytest_plugins = ["storage.testing.pytest_plugin"]
+pytest_plugins = ["loopback_s3.pytest_plugin"]
 
 PLAYS = ("hamlet_gut.txt", "macbeth_gut.txt", "tempest_gut.txt")
 MESSY_TEXT = (

@@ -54,14 +54,14 @@ def _plot_parser() -> argparse.ArgumentParser:
 @pytest.fixture(scope="module")
 def commands() -> dict[tuple[str, str | None], set[str]]:
     """(module, subcommand) -> the option strings its parser accepts."""
+    from loopback_s3.__main__ import _parser as testing_parser
     from pipeline.cli import build_parser as pipeline_parser
-    from storage.cli import build_parser as storage_parser
-    from storage.testing.__main__ import _parser as testing_parser
+    from storage.admin.cli import build_parser as storage_parser
     from trainer.config import build_parser as trainer_parser
 
     out: dict[tuple[str, str | None], set[str]] = {}
     for module, parser in (("pipeline", pipeline_parser()), ("storage", storage_parser()),
-                           ("storage.testing", testing_parser())):
+                           ("loopback_s3", testing_parser())):
         out[(module, None)] = _options(parser)
         for name, sub in _subcommands(parser).items():
             out[(module, name)] = _options(sub)
@@ -90,7 +90,7 @@ def _blocks(text: str) -> tuple[list[str], str]:
 def _command_lines(text: str) -> list[str]:
     """Every shell line that runs ``-m <one of ours>``: in code blocks and in inline code."""
     shell, prose = _blocks(text)
-    ours = re.compile(r"-m (pipeline|storage|trainer)\b")
+    ours = re.compile(r"-m (pipeline|storage|trainer|loopback_s3)\b")
     return ([line for line in shell if ours.search(line)]
             + [c for c in re.findall(r"`([^`\n]+)`", prose) if ours.search(c)])
 

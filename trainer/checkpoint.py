@@ -43,7 +43,7 @@ from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from storage import Location, resolve
-from storage.urls import S3_DEFAULTS, s3_options_from_env
+from storage.io.urls import S3_DEFAULTS, s3_options_from_env
 from trainer.checkpoint_files import (
     MAX_JSON_BYTES,
     CheckpointFileError,
@@ -107,7 +107,7 @@ class SafeLoadPlanner(DefaultLoadPlanner):
 def _fsspec_options(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
     """The options ``storage.resolve`` would use (S3 defaults, endpoint from the environment,
     then explicit options), for DCP's fsspec writer, which builds its own filesystem."""
-    from storage.urls import _merge  # one merge rule for the whole project
+    from storage.io.urls import _merge  # one merge rule for the whole project
 
     options = dict(storage_options or {})
     if url.startswith(("s3://", "s3a://")):

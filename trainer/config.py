@@ -14,7 +14,7 @@ import sys
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from storage.cli import STORAGE_OPTIONS_HELP, json_object, storage_options_default
+from storage.admin.cli import STORAGE_OPTIONS_HELP, json_object, storage_options_default
 
 #: Defaults by device type: small enough for 2 CPU cores, GPT-2-small-like on CUDA.
 PRESETS: dict[str, dict[str, int]] = {

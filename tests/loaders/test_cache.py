@@ -16,7 +16,7 @@ import loaders.reader as reader_module
 from loaders import build_dataloader
 from loaders.cache import LOW_WATER, ChunkCache, Entry, choose_evictions
 from storage import digest_bytes, read_manifest, resolve, shards_of
-from storage.checksums import piece_key, piece_matches
+from storage.format.checksums import piece_key, piece_matches
 
 ROOT = Path(__file__).resolve().parents[2]
 SEQ = 64

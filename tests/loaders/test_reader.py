@@ -11,7 +11,7 @@ import pytest
 from loaders import build_dataloader
 from loaders.prefetch import REMOTE_IN_FLIGHT, PrefetchingWindows
 from storage import ReplicaSet
-from storage.clients import CLIENT_ENV, ObstoreS3FileSystem
+from storage.io.clients import CLIENT_ENV, ObstoreS3FileSystem
 
 pytest.importorskip("obstore")
 

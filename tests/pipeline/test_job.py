@@ -25,7 +25,7 @@ from pipeline.readers import ReadOptions, read_partition
 from pipeline.records import Document
 from pipeline.shards import encode_table
 from storage import FORMAT_V2, ShardInfo, index_name, read_manifest, shards_of, tokens
-from storage.index import build_index, index_ref
+from storage.format.index import build_index, index_ref
 
 
 def rows(dataset: str) -> list[tuple[str, list[int]]]:

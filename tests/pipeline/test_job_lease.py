@@ -23,8 +23,8 @@ import pytest
 from pipeline.config import PipelineConfig
 from pipeline.job import run
 from storage import read_manifest, resolve
-from storage.layout import LEASE
-from storage.lease import Holder, LeaseLostError, _pid_namespace
+from storage.format.layout import LEASE
+from storage.io.lease import Holder, LeaseLostError, _pid_namespace
 from tests.conftest import shakespeare_texts
 from tests.pipeline._procs import ENV, REPO, kill_tree, pipeline_cmd, wait_for
 

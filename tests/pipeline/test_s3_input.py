@@ -25,7 +25,7 @@ from pipeline.discovery import discover
 from pipeline.job import run
 from pipeline.plan import plan_partitions
 from storage import Manifest, ShardInfo, read_manifest, resolve, tokens
-from storage.index import read_index, shards_from_columns
+from storage.format.index import read_index, shards_from_columns
 
 PARTITION = 16_000  # big.jsonl (~60 KB) becomes 4 byte ranges; the others one each
 

@@ -19,7 +19,7 @@ from loaders import build_dataloader
 from pipeline.config import PipelineConfig
 from pipeline.job import run
 from storage import ReplicaSet, objects_of, read_manifest, store_versions
-from storage.versions import history
+from storage.admin.versions import history
 from tests.conftest import shakespeare_texts
 from tests.pipeline._procs import ENV, REPO, done_markers, kill_tree, pipeline_cmd, wait_for
 

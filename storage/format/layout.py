@@ -1,0 +1,101 @@
+"""The dataset layout on the store (see docs/design.md), and the rule that keeps paths inside it.
+
+Every object a manifest names is *content-addressed*: its name carries the first 16 hex
+digits of its sha256, so the same bytes always get the same name (reruns stay byte-identical)
+and different bytes never overwrite a name that a committed manifest uses. ``manifest.json``
+is the only name that changes meaning; ``_versions/`` keeps an immutable copy of each manifest
+committed, for admin tools (``python -m storage inspect|gc``); readers never list it.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+
+MANIFEST = "manifest.json"
+#: the tokenizer's name in datasets written before names were content-addressed
+TOKENIZER = "tokenizer.json"
+SHARDS_DIR = "shards"
+QUARANTINE_DIR = "quarantine"
+#: the binary row-group index of a v2 manifest (``storage.format.index``): ``index/<sha16>.sfidx``
+INDEX_DIR = "index"
+#: immutable copies of every committed manifest: ``<sequence>-<manifest sha16>.json``
+VERSIONS_DIR = "_versions"
+#: a run's scratch files (``pipeline.work``), removed once it commits
+WORK_DIR = "_work"
+#: the writer lease of the output (``storage.io.lease``): one run writes a dataset at a time
+LEASE = "_lease.json"
+#: ``<prefix><stale run id>.json``: the token one candidate creates to take over a stale lease
+LEASE_TAKEOVER_PREFIX = "_lease-takeover-"
+#: hex digits of the sha256 that name an object
+NAME_HASH = 16
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+_HEX = re.compile(rf"^[0-9a-f]{{{NAME_HASH},}}$")
+_VERSION = re.compile(rf"^(\d{{8,}})-([0-9a-f]{{{NAME_HASH}}})\.json$")
+
+
+class UnsafePathError(ValueError):
+    """A manifest named a path that would leave the dataset root."""
+
+
+def _tag(sha256: str) -> str:
+    if not isinstance(sha256, str) or not _HEX.match(sha256):
+        raise ValueError(f"not a hex sha256: {sha256!r}")
+    return sha256[:NAME_HASH]
+
+
+def shard_name(index: int, sha256: str) -> str:
+    """``shards/part-00007-<sha16>.parquet``: partition order for people, content for safety."""
+    return f"{SHARDS_DIR}/part-{index:05d}-{_tag(sha256)}.parquet"
+
+
+def quarantine_name(index: int, sha256: str) -> str:
+    return f"{QUARANTINE_DIR}/part-{index:05d}-{_tag(sha256)}.jsonl"
+
+
+def index_name(sha256: str) -> str:
+    """The row-group index object: named by its content, like every object a manifest names."""
+    return f"{INDEX_DIR}/{_tag(sha256)}.sfidx"
+
+
+def tokenizer_name(sha256: str) -> str:
+    return f"tokenizer-{_tag(sha256)}.json"
+
+
+def version_name(sequence: int, manifest_sha256: str) -> str:
+    """The immutable record of the ``sequence``-th committed manifest (1, 2, ...)."""
+    if sequence < 1:
+        raise ValueError(f"version sequence must be >= 1, got {sequence}")
+    return f"{VERSIONS_DIR}/{sequence:08d}-{_tag(manifest_sha256)}.json"
+
+
+def parse_version_name(relative: str) -> tuple[int, str] | None:
+    """``(sequence, manifest sha16)`` of a version record's path, ``None`` for anything else."""
+    head, _, name = relative.rpartition("/")
+    found = _VERSION.match(name) if head == VERSIONS_DIR else None
+    return (int(found.group(1)), found.group(2)) if found else None
+
+
+def is_tokenizer_name(relative: str) -> bool:
+    """A tokenizer file at the dataset root, either naming scheme."""
+    return "/" not in relative and relative.startswith("tokenizer") and relative.endswith(".json")
+
+
+def safe_relative(path: str) -> str:
+    """Validate a dataset-relative path and return it normalised.
+
+    Paths come from manifests that anyone may have written; a path that is absolute, carries
+    a URL scheme, or climbs out with ``..`` could make a reader fetch or a repair overwrite
+    objects outside the dataset, so it is refused rather than cleaned up.
+    """
+    if not isinstance(path, str) or not path:
+        raise UnsafePathError(f"empty or non-string path in manifest: {path!r}")
+    if "\\" in path or "\x00" in path:
+        raise UnsafePathError(f"path {path!r} contains a backslash or NUL")
+    if _SCHEME.match(path) or path.startswith("/"):
+        raise UnsafePathError(f"path {path!r} is absolute; manifest paths must be relative")
+    parts = path.split("/")
+    if any(part in ("..", ".", "") for part in parts):
+        raise UnsafePathError(f"path {path!r} is not a plain relative path inside the dataset")
+    return posixpath.normpath(path)

@@ -1,0 +1,582 @@
+"""One writer per dataset output: a lease object, ``_lease.json``, on the store.
+
+Why: two writers into one output share its ``_work/`` scratch; the first to commit removes it
+under the other, which then fails half-way (and two commits would race for ``manifest.json``).
+A writer therefore holds the output's lease from before its first write until after its commit.
+
+The lease names its holder (host, pid, run id, start time) and an expiry (a wall-clock time,
+``ttl_s`` after the last renewal). The holder renews it every third of the TTL from a
+background thread; a second writer fails at once naming the holder, or polls until the lease is
+free (:meth:`Lease.acquire` with ``wait``).
+
+Protocol, using one atomic primitive, *create if absent*:
+
+- acquire: create ``_lease.json`` if absent, then read it back (it must hold our run id);
+- a lease is *stale* when its expiry has passed, or when its holder runs on this host (same
+  hostname and pid namespace) and its pid is gone; a lease that cannot be parsed counts as held
+  until its object's age passes the default TTL;
+- take-over of a stale lease: create ``_lease-takeover-<stale run id>.json`` if absent; only one
+  candidate can, for one stale holder. The winner reads the lease again, checks that it still
+  names the stale holder, replaces it with its own and removes the token. A candidate that
+  creates a token only after the winner removed it reads the winner's lease, not the stale one,
+  and backs off;
+- renew: only while our own expiry has not passed (by our clock), after reading the lease back
+  as ours; a renewal that finds another holder, or that could not happen before our expiry,
+  marks the lease *lost*. Renewal and take-over thus need disjoint times (clocks of hosts
+  sharing an output must agree to well within the TTL);
+- :meth:`Lease.check`, right before a commit: raises :class:`LeaseLostError` when the lease was
+  lost, is within a sixth of the TTL of expiring, or the store names another holder;
+- release: delete the lease if it still names us (also after a failure).
+
+*Create if absent* where the store offers it: on a local (or network) filesystem the lease is
+written complete to a temporary file and hard-linked to its name (``link`` fails with EEXIST
+when the name exists: atomic, and a reader never sees a half-written lease); on S3 a
+conditional ``PutObject`` with ``If-None-Match: *`` (AWS, SeaweedFS, recent MinIO). Whether an
+S3 endpoint honours it is probed once per process and bucket (a second conditional create of a
+probe object must be refused). Fallback, for stores that ignore the condition or lack it (other
+fsspec filesystems): create when absent, then twice wait ``settle_s`` and read back. The last
+writer's bytes win and every other creator reads foreign bytes and backs off. That is only as
+safe as ``settle_s`` is longer than the store's write latency and visibility delay.
+
+Readers and ``gc`` never see the lease: readers do not list, and gc removes only what it knows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import errno
+import hashlib
+import json
+import os
+import socket
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, TextIO
+
+from storage.format.layout import LEASE, LEASE_TAKEOVER_PREFIX
+from storage.io.atomic import write_atomic
+from storage.io.retry import TIMEOUT, TRANSIENT, classify
+from storage.io.urls import Location, display_url
+
+FORMAT = "shardflow.lease/1"
+#: how long a lease lasts without renewal; its holder renews it every third of that
+DEFAULT_TTL_S = 90.0
+#: fallback create-if-absent: how long to wait before reading back who won
+DEFAULT_SETTLE_S = 1.0
+
+
+class LeaseError(OSError):
+    """The output's writer lease could not be taken or kept."""
+
+
+class LeaseHeldError(LeaseError):
+    """Another writer holds the output's lease; ``holder`` says who."""
+
+    def __init__(self, url: str, holder: Holder, hint: str = "") -> None:
+        self.url, self.holder = url, holder
+        super().__init__(f"{url} is being written by another run: {holder.describe()}"
+                         f"{'; ' + hint if hint else ''}")
+
+
+class LeaseLostError(LeaseError):
+    """Our lease expired or another writer took it over: we must not commit."""
+
+
+def _when(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _pid_namespace() -> int:
+    """The pid namespace's inode (0 where unknown): a pid means something only inside it."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a lease, as stored in ``_lease.json``."""
+
+    host: str
+    pid: int
+    run_id: str
+    started: float  # wall-clock seconds
+    expires: float  # wall-clock seconds
+    ttl_s: float
+    pidns: int = 0
+    format: str = FORMAT
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True, indent=1).encode() + b"\n"
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Holder:
+        """Parse a lease; ``ValueError`` when it is not one (torn, foreign, newer format)."""
+        d = json.loads(data)
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise ValueError(f"not a {FORMAT} lease")
+        return cls(host=str(d["host"]), pid=int(d["pid"]), run_id=str(d["run_id"]),
+                   started=float(d["started"]), expires=float(d["expires"]),
+                   ttl_s=float(d["ttl_s"]), pidns=int(d.get("pidns", 0)))
+
+    def describe(self, now: float | None = None) -> str:
+        now = time.time() if now is None else now
+        left = self.expires - now
+        state = (f"expires {_when(self.expires)} (in {left:.0f} s) unless renewed" if left > 0
+                 else f"expired {_when(self.expires)} ({-left:.0f} s ago)")
+        return (f"host {self.host}, pid {self.pid}, run {self.run_id}, since "
+                f"{_when(self.started)}, {state}")
+
+    def is_local_process(self) -> bool:
+        return (self.host == socket.gethostname() and self.pidns == _pid_namespace()
+                and self.pidns != 0)
+
+    def stale(self, now: float) -> bool:
+        """Expired, or a process of this host (same pid namespace) that no longer exists."""
+        if self.expires <= now:
+            return True
+        if self.is_local_process() and self.pid != os.getpid():
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                return True
+            except PermissionError:  # alive, someone else's
+                return False
+        return False
+
+
+def _precondition_failed(exc: BaseException) -> bool:
+    """An S3 conditional write refused: 412 PreconditionFailed, or MinIO's 409 for a
+    conditional write racing another (s3fs re-raises these as ``OSError`` with the botocore
+    ``ClientError`` as cause)."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        response = getattr(e, "response", None)
+        if isinstance(response, dict):
+            code = str((response.get("Error") or {}).get("Code") or "")
+            status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+            if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (412,
+                                                                                         409):
+                return True
+        todo += [c for c in (e.__cause__, e.__context__) if c is not None]
+    return False
+
+
+def _writer_fs(loc: Location) -> Any:
+    """The filesystem that writes: s3fs behind an obstore read client, else ``loc.fs``."""
+    return getattr(loc.fs, "fsspec", loc.fs)
+
+
+def _is_s3(fs: Any) -> bool:
+    protocol = getattr(fs, "protocol", ())
+    return bool({"s3", "s3a"} & set([protocol] if isinstance(protocol, str) else protocol))
+
+
+#: a PutObject that fails when the key exists (passed to botocore by s3fs's ``pipe_file``;
+#: s3fs's own ``mode="create"`` is the same header, in s3fs 2024.12 and later only)
+_IF_ABSENT = {"IfNoneMatch": "*"}
+_conditional: dict[str, bool] = {}
+_conditional_lock = threading.Lock()
+
+
+def conditional_creates(loc: Location) -> bool:
+    """Whether ``loc``'s store refuses a second create-if-absent of one name.
+
+    Local filesystems do (``link``). S3 endpoints are probed once per process and bucket: an
+    endpoint that ignores ``If-None-Match`` would let two writers both "create" the lease.
+    """
+    if loc.is_local:
+        return True
+    fs = _writer_fs(loc)
+    if not _is_s3(fs):
+        return False
+    key = f"{getattr(fs, 'endpoint_url', '')}|{loc.root.split('/', 1)[0]}"
+    with _conditional_lock:
+        if key in _conditional:
+            return _conditional[key]
+    probe = loc.path(f"{LEASE_TAKEOVER_PREFIX}probe-{uuid.uuid4().hex}.json")
+    try:
+        fs.pipe_file(probe, b"{}", **_IF_ABSENT)
+    except Exception as exc:
+        boto = sys.modules.get("botocore.exceptions")
+        if boto is None or not isinstance(exc, boto.ParamValidationError):
+            raise
+        honoured = False  # a botocore without conditional writes: the fallback
+    else:
+        try:
+            fs.pipe_file(probe, b"{}", **_IF_ABSENT)
+            honoured = False
+        except OSError as exc:
+            if not _precondition_failed(exc):
+                raise
+            honoured = True
+    finally:
+        with contextlib.suppress(Exception):
+            fs.rm_file(probe)
+    with _conditional_lock:
+        _conditional[key] = honoured
+    return honoured
+
+
+def create_if_absent(loc: Location, relative: str, data: bytes,
+                     settle_s: float = DEFAULT_SETTLE_S, conditional: bool | None = None) -> bool:
+    """Create ``relative`` holding ``data`` unless it exists; True when this call created it.
+
+    Atomic where the store offers it (see the module docstring); ``conditional=False`` forces
+    the fallback (create when absent, then twice wait ``settle_s`` and read back).
+    """
+    if conditional is None:
+        conditional = conditional_creates(loc)
+    path = loc.path(relative)
+    if loc.is_local and conditional:
+        return _link_new(path, data)
+    fs = _writer_fs(loc)
+    if conditional:
+        try:
+            fs.pipe_file(path, data, **_IF_ABSENT)
+        except OSError as exc:
+            if _precondition_failed(exc):
+                return False
+            raise
+        return True
+    if _read(loc, relative) is not None:
+        return False
+    write_atomic(loc, relative, data)
+    # Two looks a settle time apart: a racer whose write lands late (after our first look)
+    # overwrites ours, and we must see that before we call the object ours.
+    for _ in range(2):
+        time.sleep(settle_s)
+        if _read(loc, relative) != data:
+            return False
+    return True
+
+
+def _link_new(path: str, data: bytes) -> bool:
+    """Write ``data`` to a synced temporary file and hard-link it to ``path`` (EEXIST: False)."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".lease")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+                raise
+            return _exclusive_open(path, data)  # a filesystem without hard links
+        return True
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def _exclusive_open(path: str, data: bytes) -> bool:
+    """``O_CREAT | O_EXCL``: atomic, but a reader may see the file before its bytes (such a
+    lease does not parse and counts as held until it is a TTL old)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return True
+
+
+def _read(loc: Location, relative: str) -> bytes | None:
+    """The object's bytes, never from a cache; ``None`` when absent."""
+    path = loc.path(relative)
+    try:
+        if loc.is_local:
+            with open(path, "rb") as fh:
+                return fh.read()
+        loc.fs.invalidate_cache(path)
+        return loc.fs.cat_file(path)
+    except FileNotFoundError:
+        return None
+
+
+def _age_s(loc: Location, relative: str, now: float) -> float:
+    """How long ago the object was last written (0 where the store does not say)."""
+    from storage.io.listing import mtime_of
+
+    path = loc.path(relative)
+    with contextlib.suppress(Exception):
+        loc.fs.invalidate_cache(path)
+        t = mtime_of(loc.fs.info(path))
+        if t is not None:
+            return max(0.0, now - t)
+    return 0.0
+
+
+def _delete(loc: Location, relative: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        _writer_fs(loc).rm_file(loc.path(relative))
+
+
+class Lease:
+    """The writer lease of the dataset at ``loc`` for one run (see the module docstring).
+
+    ``with lease:`` acquires it (failing at once when held), renews it in the background and
+    releases it at the end, also on failure.
+    """
+
+    def __init__(self, loc: Location, ttl_s: float = DEFAULT_TTL_S, run_id: str | None = None,
+                 settle_s: float = DEFAULT_SETTLE_S, conditional: bool | None = None) -> None:
+        if ttl_s <= 0:
+            raise ValueError(f"lease TTL must be positive, not {ttl_s}")
+        self.loc, self.ttl_s, self.settle_s = loc, float(ttl_s), settle_s
+        self.run_id = run_id or uuid.uuid4().hex[:16]
+        self._conditional = conditional
+        now = time.time()
+        self.holder = Holder(socket.gethostname(), os.getpid(), self.run_id, now, now + ttl_s,
+                             self.ttl_s, _pid_namespace())
+        self.held = False
+        #: why the lease was lost (``""``: not lost)
+        self.lost = ""
+        #: the stale holder this run took the lease over from, if any
+        self.took_over: Holder | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return display_url(self.loc.url)
+
+    def _fresh_holder(self) -> Holder:
+        now = time.time()
+        return Holder(self.holder.host, self.holder.pid, self.run_id, self.holder.started,
+                      now + self.ttl_s, self.ttl_s, self.holder.pidns)
+
+    def _create(self, relative: str, data: bytes) -> bool:
+        if self._conditional is None:
+            self._conditional = conditional_creates(self.loc)
+        return create_if_absent(self.loc, relative, data, self.settle_s, self._conditional)
+
+    def current(self) -> tuple[Holder | None, bytes | None]:
+        """The holder the store names now (``None`` for an unparseable lease) and its bytes
+        (``None``: no lease)."""
+        data = _read(self.loc, LEASE)
+        if data is None:
+            return None, None
+        try:
+            return Holder.from_bytes(data), data
+        except (ValueError, KeyError, TypeError):
+            return None, data
+
+    def try_acquire(self) -> Holder | None:
+        """Take the lease if it is free or stale; returns ``None`` when taken, else the holder
+        in the way (one that could not be parsed is described as an unknown holder)."""
+        for _ in range(8):  # each pass either decides or saw the lease change under it
+            mine = self._fresh_holder()
+            if self._create(LEASE, mine.to_bytes()):
+                return self._confirm(mine)
+            other, data = self.current()
+            if data is None:
+                continue  # released between our create and our read: try again
+            now = time.time()
+            if other is None:
+                age = _age_s(self.loc, LEASE, now)
+                if age < DEFAULT_TTL_S:
+                    return Holder("?", 0, "(unreadable lease)", now - age,
+                                  now - age + DEFAULT_TTL_S, DEFAULT_TTL_S)
+                # one name per unreadable lease, so that one candidate alone takes it over
+                tag = hashlib.sha256(data).hexdigest()[:16]
+                other = Holder("?", 0, f"unreadable-{tag}", now - age, now - age, 0.0)
+            if other.run_id == self.run_id:
+                return self._confirm(mine)
+            if not other.stale(now):
+                return other
+            if self._take_over(other, data):
+                self.took_over = other
+                return self._confirm(self.holder)
+            if self.current()[1] == data:
+                return other  # another candidate's take-over is under way (or died: its
+                # token expires after a TTL)
+        raise LeaseError(f"the lease on {self.url} kept changing while we tried to take it")
+
+    def _confirm(self, mine: Holder) -> Holder | None:
+        other, _ = self.current()
+        if other is not None and other.run_id == self.run_id:
+            self.holder, self.held, self.lost = other, True, ""
+            return None
+        return other or mine  # lost a fallback race: whoever is there now holds it
+
+    def _take_over(self, stale: Holder, seen: bytes | None) -> bool:
+        """Replace the stale lease by ours, if no other candidate does it first."""
+        token = f"{LEASE_TAKEOVER_PREFIX}{stale.run_id}.json"
+        if not self._create(token, self._fresh_holder().to_bytes()):
+            # A token older than a TTL is a candidate that died mid-take-over: without this
+            # the stale lease could never be taken over. Removing it races only with another
+            # such cleanup, and :meth:`check` catches the rare double holder that may follow.
+            if _age_s(self.loc, token, time.time()) <= self.ttl_s:
+                return False
+            _delete(self.loc, token)
+            if not self._create(token, self._fresh_holder().to_bytes()):
+                return False
+        try:
+            _, now_there = self.current()
+            if now_there != seen:  # another candidate took it over and removed its token
+                return False
+            self.holder = self._fresh_holder()
+            write_atomic(self.loc, LEASE, self.holder.to_bytes())
+            return True
+        finally:
+            _delete(self.loc, token)
+
+    def acquire(self, wait: bool = False, poll_s: float = 5.0,
+                on_wait: Callable[[Holder], None] | None = None, hint: str = "") -> None:
+        """Take the lease; when held, raise :class:`LeaseHeldError` at once, or with ``wait``
+        call ``on_wait(holder)`` and poll every ``poll_s`` until it is free or stale."""
+        while True:
+            other = self.try_acquire()
+            if other is None:
+                return
+            if not wait:
+                raise LeaseHeldError(self.url, other, hint)
+            if on_wait is not None:
+                on_wait(other)
+            time.sleep(poll_s)
+
+    def renew(self) -> None:
+        """Extend our expiry; marks the lease lost when another holder is there or our expiry
+        passed first. Store errors are raised (the next renewal tries again)."""
+        with self._lock:
+            if self.lost:
+                return
+            if time.time() >= self.holder.expires:
+                self.lost = (f"not renewed before it expired at {_when(self.holder.expires)} "
+                             "(the store did not answer in time)")
+                return
+            other, data = self.current()
+            if other is None or other.run_id != self.run_id:
+                self.lost = ("taken over by " + other.describe() if other else
+                             "removed from the store" if data is None else
+                             "overwritten by something that is not a lease")
+                return
+            fresh = self._fresh_holder()
+            write_atomic(self.loc, LEASE, fresh.to_bytes())
+            self.holder = fresh
+
+    def check(self) -> None:
+        """Raise :class:`LeaseLostError` unless we certainly still hold the lease: call it
+        right before committing."""
+        if not self.held:
+            raise LeaseLostError(f"the writer lease on {self.url} is not held by this run")
+        if not self.lost and self.holder.expires - time.time() < self.ttl_s / 6:
+            self.renew()  # close to expiry (renewals failing): one more try, or lost
+        if not self.lost:
+            other, data = self.current()
+            if other is None or other.run_id != self.run_id:
+                self.lost = ("taken over by " + other.describe() if other else
+                             "removed from the store" if data is None else
+                             "overwritten by something that is not a lease")
+        if self.lost:
+            raise LeaseLostError(f"lost the writer lease on {self.url} ({self.lost}); another "
+                                 "run may be writing it, so this one stops before its commit")
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(self.ttl_s / 3):
+            with contextlib.suppress(Exception):  # a failed renewal is retried; expiry decides
+                self.renew()
+            if self.lost:
+                return
+
+    def start_renewing(self) -> None:
+        """Renew every third of the TTL in a daemon thread until :meth:`release`."""
+        self._thread = threading.Thread(target=self._renew_loop, daemon=True,
+                                        name="shardflow-lease")
+        self._thread.start()
+
+    def release(self) -> None:
+        """Stop renewing and delete the lease if it still names us (best effort: a lease left
+        behind expires)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        if not self.held:
+            return
+        self.held = False
+        with contextlib.suppress(Exception):
+            other, _ = self.current()
+            if other is not None and other.run_id == self.run_id:
+                _delete(self.loc, LEASE)
+
+    def __enter__(self) -> Lease:
+        self.acquire()
+        self.start_renewing()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class PrimaryUnavailableError(OSError):
+    """The primary replica cannot hold the writer lease: unreachable or refusing."""
+
+
+#: how often ``wait`` asks again, and how often it says that it still waits
+WAIT_POLL_S, WAIT_SAY_S = 5.0, 30.0
+
+
+def hold(loc: Location, name: str, what: str, ttl_s: float = DEFAULT_TTL_S, wait: bool = False,
+         log: TextIO | None = None) -> Lease:
+    """The writer lease of the dataset at ``loc`` (the primary replica, named ``name``), taken
+    for ``what`` ("run", "gc", "repair", ...) and renewed until :meth:`Lease.release`.
+
+    Every writer of a dataset takes it, the pipeline and the admin commands that write alike:
+    a gc during a run would delete the shards the run wrote and no manifest names yet. Taking
+    the lease is the writer's first request to the primary, so a primary that is down fails it
+    here in one line (:class:`PrimaryUnavailableError`), whatever a write quorum allows: the
+    lease and a run's scratch live there alone. When held by another writer,
+    :class:`LeaseHeldError` at once, or with ``wait`` a line on ``log`` and a poll until free.
+    """
+    log = log or sys.stderr
+    lease = Lease(loc, ttl_s=ttl_s)
+    said: list[tuple[str, float]] = []
+
+    def waiting(holder: Holder) -> None:
+        if not said or said[-1][0] != holder.run_id or time.monotonic() - said[-1][1] > WAIT_SAY_S:
+            said.append((holder.run_id, time.monotonic()))
+            print(f"shardflow: waiting for the writer lease on {lease.url}, held by "
+                  f"{holder.describe()}", file=log, flush=True)
+
+    try:
+        lease.acquire(wait=wait, poll_s=min(WAIT_POLL_S, ttl_s / 3), on_wait=waiting,
+                      hint="run again with --wait to wait for it (a writer that died leaves a "
+                           "lease that is taken over once it expires)")
+    except LeaseHeldError:
+        raise
+    except Exception as exc:
+        state = ("is unreachable" if classify(exc) in (TRANSIENT, TIMEOUT)
+                 else f"refused the {what}'s writer lease")
+        detail = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        raise PrimaryUnavailableError(
+            f"primary {name} {state} ({detail[:300]}): a {what} holds its writer lease (and a "
+            "run its scratch, _work/) on the primary replica alone, so it needs the primary "
+            "whatever --write-quorum allows; bring it back, or list a reachable replica "
+            "first") from None
+    if lease.took_over is not None:
+        print(f"shardflow: took over the stale writer lease of {lease.took_over.describe()}",
+              file=log)
+    lease.start_renewing()
+    return lease
