@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,14 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     _run([str(python), "-m", "pip", "install", "-q", TORCH], cwd=root)
     _run([str(python), "-m", "pip", "install", "-q", str(wheel)], cwd=root)
     return python, wheel
+
+
+def test_wheel_holds_the_four_packages_and_no_test_servers(venv: tuple[Path, Path]) -> None:
+    """The loopback S3 servers (``loopback_s3/``) are for tests and demos: not installed."""
+    _, wheel = venv
+    tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()
+            if not name.split("/")[0].endswith((".dist-info", ".data"))}
+    assert tops == {"storage", "pipeline", "loaders", "trainer"}, tops
 
 
 def test_bare_wheel_is_a_training_image_without_the_pipeline_stack(
