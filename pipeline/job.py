@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, TextIO, TypeVar
 
-from distributed import Client, Future, as_completed
+from distributed import Client, Future
 
 from pipeline import shuffle, tokenizing, work
 from pipeline.cluster import dask_client
@@ -54,6 +54,7 @@ from pipeline.stages import (
     phase_two_each,
     sample_texts,
 )
+from pipeline.window import TaskWindow
 from storage import (
     Manifest,
     ReplicaSet,
@@ -155,14 +156,13 @@ def build_manifest(cfg: PipelineConfig, tok: tokenizing.TokenizerSpec,
 
 
 def _train_tokenizer(client: Client, cfg: PipelineConfig, parts: list[Partition],
-                     vocab: int) -> tokenizing.TokenizerSpec:
+                     vocab: int, window: TaskWindow) -> tokenizing.TokenizerSpec:
     """Train on the first ``tokenizer_sample_bytes / P`` characters of every partition."""
     quota = max(1, cfg.tokenizer_sample_bytes // max(1, len(parts)))
-    futures = [client.submit(sample_texts, p, cfg.read_options, cfg.cleaning, quota,
-                             HiddenOptions(cfg.storage_options), pure=False,
-                             retries=cfg.retries)
-               for p in parts]
-    texts = [t for f in futures for t in f.result()]  # partition order: deterministic
+    samples = window.map(lambda p: client.submit(
+        sample_texts, p, cfg.read_options, cfg.cleaning, quota,
+        HiddenOptions(cfg.storage_options), pure=False, retries=cfg.retries), parts)
+    texts = [t for sample in samples for t in sample]  # partition order: deterministic
     return tokenizing.train_bpe(texts, vocab)
 
 
@@ -175,7 +175,11 @@ def _named(shard: dict[str, Any] | None, index: int) -> bool:
 
 def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
              tok: tokenizing.TokenizerSpec, parts: list[Partition], bar: ProgressBar,
-             workers: int) -> tuple[list[work.PhaseOne], list[work.PhaseTwo], int]:
+             workers: int, window: TaskWindow
+             ) -> tuple[list[work.PhaseOne], list[work.PhaseTwo], int]:
+    """Phase 1 of every partition, the dedup shuffle, phase 2: each through ``window``, so
+    the tasks alive on the scheduler and in the driver are bounded by the cluster's size,
+    never by the number of partitions."""
     salt = json.dumps([cfg.for_manifest(), tok.sha256], sort_keys=True)
     keys = [p.key(salt) for p in parts]
     rkey = work.run_key(keys)
@@ -200,72 +204,75 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
     # left to do under dedup, else only the rows of partitions whose phase 2 is left.
     reads = ({p.index for p in parts} if dedup and todo2 else {p.index for p in todo2})
 
-    ones: dict[int, work.PhaseOne | Future] = {}
+    ones: dict[int, work.PhaseOne] = {}
+    redo: list[tuple[Partition, str, work.PhaseOne | None]] = []
     for p, k, d in zip(parts, keys, done1, strict=True):
         earlier = work.PhaseOne.from_dict(d) if d else None
         # Work files written without fsync are verified by a task before they are read again
         # (a power loss may have kept the marker but not the files); a read, not a redo, when
         # they are fine. Where they are not read again, the marker's counts are all we use.
-        ones[p.index] = (earlier if earlier and (earlier.durable or p.index not in reads) else
-                         client.submit(phase_one, p, k, store, params, earlier,
-                                       key=f"phase1-{p.index:05d}-{tag}", **opts))
+        if earlier and (earlier.durable or p.index not in reads):
+            ones[p.index] = earlier
+        else:
+            redo.append((p, k, earlier))
     twos: dict[int, work.PhaseTwo] = {
         p.index: work.PhaseTwo.from_dict(d) for p, d in zip(parts, done2, strict=True) if d}
+    bar.update(len(ones) + len(twos))
 
-    bar.update(sum(1 for o in ones.values() if not isinstance(o, Future)) + len(twos))
+    def submit_one(task: tuple[Partition, str, work.PhaseOne | None]) -> Future:
+        p, k, earlier = task
+        return client.submit(phase_one, p, k, store, params, earlier,
+                             key=f"phase1-{p.index:05d}-{tag}", **opts)
+
+    for _task, one in window.run(submit_one, redo):
+        if one.error:
+            raise StrictModeError(one.error)
+        ones[one.index] = one
+        bar.update(1, 0 if one.resumed else one.tokens)
+
     drops: dict[int, shuffle.DropRange] = {}
-    if dedup and todo2:
-        # Waits for every phase 1: duplicates are known only once every key is.
-        drops = _dedup(client, cfg, store, parts, keys, rkey, ones, bar, tag, opts)
-    # Phase 1's result (or its future: Dask passes the result) carries the shard to copy.
-    pending = [client.submit(phase_two, ones[p.index], rkey, store, cfg.row_group_tokens,
-                             tok.vocab_size, drops[p.index],
-                             key=f"phase2-{p.index:05d}-{tag}", **opts)
-               for p in todo2 if p.index in drops]  # re-encoded without their duplicates
-    kept = [p for p in todo2 if p.index not in drops]  # linked or copied: several to a task
-    pending += [client.submit(phase_two_each, [ones[p.index] for p in kept[lo:hi]], rkey, store,
-                              cfg.row_group_tokens, tok.vocab_size,
-                              key=f"phase2-{kept[lo].index:05d}-{kept[hi - 1].index:05d}-{tag}",
-                              **opts)
-                for lo, hi in task_groups(len(kept), workers)]
-    _collect([f for f in ones.values() if isinstance(f, Future)] + pending, ones, twos, bar)
-    resumed = sum(1 for o in ones.values() if o.resumed)
-    return list(ones.values()), list(twos.values()), resumed  # type: ignore[return-value]
+    if dedup and todo2:  # duplicates are known only once every partition's keys are
+        drops = _dedup(client, cfg, store, parts, keys, rkey, ones, tag, opts, window)
+    # Re-encoded without their duplicates, one task each; the others are linked or copied,
+    # several to a task.
+    kept = [p for p in todo2 if p.index not in drops]
+    tails: list[tuple[str, Any]] = [("one", p) for p in todo2 if p.index in drops]
+    tails += [("group", kept[lo:hi]) for lo, hi in task_groups(len(kept), workers)]
 
+    def submit_two(task: tuple[str, Any]) -> Future:
+        kind, what = task
+        if kind == "one":
+            return client.submit(phase_two, ones[what.index], rkey, store,
+                                 cfg.row_group_tokens, tok.vocab_size, drops[what.index],
+                                 key=f"phase2-{what.index:05d}-{tag}", **opts)
+        return client.submit(phase_two_each, [ones[p.index] for p in what], rkey, store,
+                             cfg.row_group_tokens, tok.vocab_size,
+                             key=f"phase2-{what[0].index:05d}-{what[-1].index:05d}-{tag}",
+                             **opts)
 
-def _collect(futures: list[Future], ones: dict[int, Any], twos: dict[int, Any],
-             bar: ProgressBar) -> None:
-    """Wait for phase-1 and phase-2 results (a phase-2 task may return several), filling
-    ``ones`` and ``twos`` by partition; stop on a strict error."""
-    for fut in as_completed(futures):
-        result = fut.result()
-        if isinstance(result, work.PhaseOne):
-            if result.error:
-                raise StrictModeError(result.error)
-            ones[result.index] = result
-            bar.update(1, 0 if result.resumed else result.tokens)
-            continue
+    for _task, result in window.run(submit_two, tails):
         for two in result if isinstance(result, list) else [result]:
             twos[two.index] = two
         bar.update(len(result) if isinstance(result, list) else 1)
+    resumed = sum(1 for o in ones.values() if o.resumed)
+    return list(ones.values()), list(twos.values()), resumed
 
 
 def _dedup(client: Client, cfg: PipelineConfig, store: ReplicaSet, parts: list[Partition],
-           keys: list[str], rkey: str, ones: dict[int, Any], bar: ProgressBar,
-           tag: str, opts: dict[str, Any]) -> dict[int, shuffle.DropRange]:
+           keys: list[str], rkey: str, ones: dict[int, work.PhaseOne], tag: str,
+           opts: dict[str, Any], window: TaskWindow) -> dict[int, shuffle.DropRange]:
     """The dedup shuffle (see :mod:`pipeline.shuffle`): where each partition's drops lie.
 
-    Waits for every phase 1 first: their row counts size the buckets and the key groups
+    Runs once every phase 1 is done: their row counts size the buckets and the key groups
     (:func:`pipeline.shuffle.sizes`). Only counts come back to the driver: a group x bucket
     matrix of keys, a bucket x group one of drops, then a count per partition. Keys and drops
     stay in ``_work/``, so no worker ever holds the whole input's.
     """
-    _collect([f for f in ones.values() if isinstance(f, Future)], ones, {}, bar)
     per_doc = (cfg.dedup == "exact") + (cfg.minhash_bands if cfg.near_dup else 0)
 
     def on_dask(name: str, fn: Callable[..., Any], args: list[tuple[Any, ...]]) -> list[Any]:
-        return client.gather([client.submit(fn, *a, key=f"{name}-{i:07d}-{tag}", **opts)
-                              for i, a in enumerate(args)])
+        return window.map(lambda i: client.submit(fn, *args[i], key=f"{name}-{i:07d}-{tag}",
+                                                  **opts), range(len(args)))
 
     return shuffle.run(on_dask, store, rkey, keys,
                        [per_doc * ones[p.index].rows for p in parts], cfg.dedup_buckets).drops
@@ -326,11 +333,13 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: Lease, log: TextIO,
         dashboard = client.dashboard_link
         n = len(client.scheduler_info(n_workers=-1).get("workers", {}))
         print(f"dask: {n} workers, dashboard {dashboard}", file=log)
-        tok = loading.result() if loading else _train_tokenizer(client, cfg, parts, vocab)
+        window = TaskWindow(client)
+        tok = (loading.result() if loading else
+               _train_tokenizer(client, cfg, parts, vocab, window))
         print(f"tokenizer: {tok.name} (vocab {tok.vocab_size}, eos {tok.eos_token!r})", file=log)
         store.put(tokenizer_name(tok.sha256), tok.json.encode("utf-8"))
         bar = ProgressBar(2 * len(parts), label="tasks", enabled=progress, stream=log)
-        ones, twos, resumed = _execute(client, cfg, store, tok, parts, bar, max(1, n))
+        ones, twos, resumed = _execute(client, cfg, store, tok, parts, bar, max(1, n), window)
 
     listed = build_manifest(cfg, tok, ones, twos)
     # The row-group index goes before the swap (content-addressed: a rerun rewrites the same
@@ -350,4 +359,5 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: Lease, log: TextIO,
         degraded=tuple(describe_degraded(store, {recorded.tag: recorded.sequence}
                                          if recorded else None)),
         inputs=len(files), empty_inputs=empty,
+        extra={"max_live_tasks": float(window.max_live), "tasks": float(window.submitted)},
     )
