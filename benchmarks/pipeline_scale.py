@@ -1,0 +1,287 @@
+"""How the pipeline's driver and scheduler scale with the input: 1 TB -> 100 TB, 10 k -> 10 M
+files (issue 24), on simulated inputs.
+
+The input is a synthetic fsspec filesystem (``synth://``) that declares ``--files`` text files
+of ``--input-tb / --files`` bytes each: listing it costs what listing a bucket's pages costs
+the driver (one info dict per file), and nothing is read. Through the real driver code:
+:func:`pipeline.discovery.discover`, :func:`pipeline.plan.auto_partition_bytes` and
+:func:`pipeline.plan.plan_partitions`, the partitions' resume keys and
+:func:`pipeline.work.markers` on a fresh ``_work/`` (the resume planning a run does), then the
+bounded :class:`pipeline.window.TaskWindow` on a real ``dask scheduler`` process with two
+``dask worker`` processes. The tasks are stand-ins of ``--task-ms`` (phase 1 does the real
+work; here the driver and the scheduler are measured), at most ``--max-tasks`` of them: a
+window that holds a bounded number of tasks costs the same per task at any count.
+
+Per point: driver and scheduler peak RSS, most live tasks, time to the first task result from
+the start (listing and planning included), the scheduler's overhead per task (wall time of the
+tasks beyond their own duration, per task, on 2 threads) and the resume-planning time.
+
+    python benchmarks/pipeline_scale.py                       # the sweep, JSON + plot
+    python benchmarks/pipeline_scale.py --input-tb 100 --files 10000000 --json   # one point
+
+The baseline of the comparison is the sweep's own first point (1 TB, 10 k files): the targets
+are flat memory (within 10 % of it) and absolute bounds (driver and scheduler <= 1 GB, at most
+20 k live tasks, first task <= 30 s, overhead <= 1 % of a task).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import resource
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import psutil
+from fsspec.spec import AbstractFileSystem
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.bench_utils import RESULTS, write_results  # noqa: E402
+
+SWEEP = [(1, 10_000), (10, 100_000), (100, 1_000_000), (100, 10_000_000)]
+TB = 10**12
+
+
+class SyntheticFS(AbstractFileSystem):
+    """``synth://N/BYTES/``: ``N`` files ``fNNNNNNNNN.txt`` of ``BYTES`` each; listing only."""
+
+    protocol = "synth"
+    root_marker = ""
+
+    @staticmethod
+    def _shape(path: str) -> tuple[int, int]:
+        n, size = path.replace("synth://", "").strip("/").split("/")[:2]
+        return int(n), int(size)
+
+    def glob(self, path: str, maxdepth: int | None = None, **kwargs: Any) -> Any:
+        n, size = self._shape(path)
+        base = f"{n}/{size}"
+        out = {f"{base}/f{i:09d}.txt": {"name": f"{base}/f{i:09d}.txt", "size": size,
+                                         "type": "file", "mtime": 0.0} for i in range(n)}
+        return out if kwargs.get("detail") else list(out)
+
+    def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        _, size = self._shape(path)
+        return {"name": path, "size": size, "type": "file"}
+
+    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> Any:
+        return self.glob(path + "/*", detail=detail)
+
+
+fsspec.register_implementation("synth", SyntheticFS, clobber=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Peak:
+    """The peak RSS of processes, sampled every 50 ms in a thread."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.procs = {k: psutil.Process(p) for k, p in pids.items()}
+        self.peak = {k: 0 for k in pids}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.05):
+            self.sample()
+
+    def sample(self) -> None:
+        for k, proc in self.procs.items():
+            with contextlib.suppress(psutil.Error):  # a process that ended keeps its peak
+                self.peak[k] = max(self.peak[k], proc.memory_info().rss)
+
+    def stop(self) -> dict[str, int]:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+        return self.peak
+
+
+def _stand_in(ms: float) -> int:
+    time.sleep(ms / 1000)
+    return 0
+
+
+def _cluster(tmp: Path) -> tuple[str, list[subprocess.Popen[bytes]]]:
+    port = _free_port()
+    env = {**os.environ, "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error"}
+    scheduler = subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+         "--port", str(port), "--dashboard-address", ":0"], cwd=tmp, env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    address = f"tcp://127.0.0.1:{port}"
+    workers = [subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
+         "--no-nanny", "--local-directory", str(tmp / f"w{i}"), "--no-dashboard"],
+        cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for i in range(2)]
+    return address, [scheduler, *workers]
+
+
+def measure(input_tb: float, files: int, task_ms: float, max_tasks: int) -> dict[str, Any]:
+    """One point of the sweep (run in a fresh process: peak RSS is per process)."""
+    from distributed import Client
+
+    from pipeline import work
+    from pipeline.discovery import discover
+    from pipeline.plan import auto_partition_bytes, plan_partitions
+    from pipeline.window import TaskWindow
+    from storage import ReplicaSet
+
+    size = int(input_tb * TB // files)
+    tmp = Path(tempfile.mkdtemp(prefix="pipeline-scale-"))
+    address, procs = _cluster(tmp)
+    try:
+        with Client(address, timeout=60) as client:
+            client.wait_for_workers(2, timeout=60)
+            peak = Peak({"driver": os.getpid(), "scheduler": procs[0].pid})
+            t0 = time.perf_counter()
+            found = discover([f"synth://{files}/{size}/*.txt"])
+            listed_s = time.perf_counter() - t0
+            part_bytes = auto_partition_bytes(sum(f.size for f in found))
+            parts = plan_partitions(found, part_bytes)
+            planned_s = time.perf_counter() - t0
+            keys = [p.key("bench") for p in parts]
+            scratch = ReplicaSet.from_urls([str(tmp / "out")])
+            work.markers(scratch, [work.done1_path(k) for k in keys])
+            resume_s = time.perf_counter() - t0 - planned_s
+            window = TaskWindow(client)
+            run = parts[:max_tasks]
+            first: float | None = None
+            t_tasks = time.perf_counter()
+            for _item, _result in window.run(
+                    lambda p: client.submit(_stand_in, task_ms, key=f"t-{p.index}",
+                                            pure=False), run):
+                if first is None:
+                    first = time.perf_counter() - t0
+            tasks_s = time.perf_counter() - t_tasks
+            rss = peak.stop()
+        threads = 2
+        ideal = len(run) * task_ms / 1000 / threads
+        overhead_ms = max(0.0, (tasks_s - ideal) * threads / max(1, len(run)) * 1000)
+        return {
+            "input_tb": input_tb, "files": files, "partitions": len(parts),
+            "partition_bytes": part_bytes, "tasks_run": len(run), "task_ms": task_ms,
+            "driver_peak_rss_mb": round(rss["driver"] / 2**20, 1),
+            "scheduler_peak_rss_mb": round(rss["scheduler"] / 2**20, 1),
+            "max_live_tasks": window.max_live,
+            "first_task_s": round(first or 0.0, 3),
+            "listing_s": round(listed_s, 3), "planning_s": round(planned_s, 3),
+            "resume_planning_s": round(resume_s, 3),
+            "overhead_per_task_ms": round(overhead_ms, 3),
+            "overhead_pct_of_task": round(100 * overhead_ms / task_ms, 2) if task_ms else None,
+        }
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+
+
+def _child(input_tb: float, files: int, task_ms: float, max_tasks: int,
+           memory_gb: float) -> dict[str, Any]:
+    """One point in a fresh process, its address space capped so a point that does not scale
+    fails alone instead of taking the machine's memory."""
+    cmd = [sys.executable, __file__, "--input-tb", str(input_tb), "--files", str(files),
+           "--task-ms", str(task_ms), "--max-tasks", str(max_tasks), "--json",
+           "--memory-gb", str(memory_gb)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        tail = (out.stderr.strip().splitlines() or ["?"])[-1]
+        return {"input_tb": input_tb, "files": files, "failed": tail[-300:]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def plot(points: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [p for p in points if "failed" not in p]
+    labels = [f"{p['input_tb']:g} TB\n{p['files']:,} files" for p in points]
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    x = range(len(points))
+    for key, name in (("driver_peak_rss_mb", "driver"), ("scheduler_peak_rss_mb", "scheduler")):
+        axes[0].plot([i for i, p in enumerate(points) if "failed" not in p],
+                     [p[key] for p in ok], marker="o", label=name)
+    axes[0].axhline(1024, color="grey", ls="--", label="target 1 GB")
+    axes[0].set_ylabel("peak RSS (MB)")
+    axes[0].legend()
+    axes[1].bar([i for i, p in enumerate(points) if "failed" not in p],
+                [p["first_task_s"] for p in ok], label="first task")
+    axes[1].plot([i for i, p in enumerate(points) if "failed" not in p],
+                 [p["resume_planning_s"] for p in ok], "ko-", label="resume planning")
+    axes[1].set_ylabel("seconds")
+    axes[1].legend()
+    axes[2].bar([i for i, p in enumerate(points) if "failed" not in p],
+                [p["max_live_tasks"] for p in ok])
+    axes[2].set_ylabel("most live tasks")
+    for ax in axes:
+        ax.set_xticks(list(x), labels, fontsize=7)
+    for i, p in enumerate(points):
+        if "failed" in p:
+            axes[0].annotate("failed", (i, 0), color="red")
+    fig.suptitle("pipeline driver and scheduler vs input size (stand-in tasks, 2 workers)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--input-tb", type=float, help="one point: input size in TB")
+    ap.add_argument("--files", type=int, help="one point: number of input files")
+    ap.add_argument("--task-ms", type=float, default=20.0,
+                    help="duration of each stand-in task (default: %(default)s)")
+    ap.add_argument("--max-tasks", type=int, default=3000,
+                    help="stand-in tasks run per point (default: %(default)s)")
+    ap.add_argument("--memory-gb", type=float, default=8.0,
+                    help="address-space cap of each point's process (default: %(default)s)")
+    ap.add_argument("--max-files", type=int, default=10_000_000,
+                    help="sweep: skip points with more files (default: %(default)s)")
+    ap.add_argument("--json", action="store_true", help="one point: print one JSON object")
+    args = ap.parse_args()
+    if args.input_tb is not None and args.files is not None:
+        if args.memory_gb:
+            cap = int(args.memory_gb * 2**30)
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+        point = measure(args.input_tb, args.files, args.task_ms, args.max_tasks)
+        print(json.dumps(point) if args.json else json.dumps(point, indent=1))
+        return
+    points = []
+    for tb, files in SWEEP:
+        if files > args.max_files:
+            continue
+        point = _child(tb, files, args.task_ms, args.max_tasks, args.memory_gb)
+        points.append(point)
+        print(json.dumps(point), flush=True)
+    base = points[0]
+    for p in points[1:]:
+        if "failed" not in p and "failed" not in base:
+            p["driver_vs_first"] = round(p["driver_peak_rss_mb"] / base["driver_peak_rss_mb"], 2)
+            p["scheduler_vs_first"] = round(p["scheduler_peak_rss_mb"]
+                                            / base["scheduler_peak_rss_mb"], 2)
+    path = write_results("pipeline_scale", {"points": points, "task_ms": args.task_ms,
+                                            "max_tasks": args.max_tasks})
+    plot(points, RESULTS / "pipeline_scale.png")
+    print(f"wrote {path} and {RESULTS / 'pipeline_scale.png'}")
+
+
+if __name__ == "__main__":
+    main()
