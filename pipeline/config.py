@@ -1,34 +1,39 @@
-"""The pipeline's configuration: one dataclass that is the flags, the TOML keys and the manifest.
+"""The pipeline's configuration: one dataclass that is the flags, the config-file keys, the
+environment overrides and the manifest record.
 
-Each field carries its help text; the CLI builds ``--flag-name`` for every field from it, and
-``--config pipeline.toml`` accepts the same names (``text-field`` or ``text_field``). What a
-run resolved — defaults, file and flags merged — is recorded in the manifest, minus the knobs
-that cannot change the bytes (workers, scheduler, retries) and minus anything secret.
+Each field states its default once and carries its help text; ``python -m pipeline run``
+(:mod:`pipeline.cli`) gets ``--flag-name`` for every field from it through the shared mechanism
+of :mod:`storage.config`, ``--config pipeline.toml|.yaml|.json`` accepts the same names
+(``text-field`` or ``text_field``) and ``SHARDFLOW_PIPELINE_TEXT_FIELD`` overrides the default.
+Fields marked ``Parameter(parse=False)`` are set by the CLI from its own flags (``INPUT``,
+``--output``, the replica flags). What a run resolved — defaults, environment, file and flags
+merged — is recorded in the manifest, minus the knobs that cannot change the bytes (workers,
+scheduler, retries) and minus anything secret.
 """
 
 from __future__ import annotations
 
 import os
-import sys
-from dataclasses import MISSING, asdict, dataclass, field, fields
-from pathlib import Path
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields
+from typing import Annotated, Any
+
+from cyclopts import Parameter
 
 from pipeline.cleaning import CleaningConfig
 from pipeline.readers import DEFAULT_MAX_RECORD_BYTES, ReadOptions
 from storage import ReplicaSet, display_url
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 DEFAULT_OUTPUT = "data/shakespeare"
 
 
-def _f(default: Any, help: str, *, manifest: bool = True, cli: bool = True,
-       metavar: str | None = None) -> Any:
-    meta = {"help": help, "manifest": manifest, "cli": cli, "metavar": metavar}
+#: a field the CLI sets from flags of its own (positional INPUTs, --output, replica flags)
+_NOT_A_FLAG = Parameter(parse=False)
+
+
+def _f(default: Any, help: str, *, manifest: bool = True, cli: bool = True) -> Any:
+    """A field with its one default and its help (which cyclopts reads from ``metadata``);
+    ``manifest=False``: not recorded in the manifest (it cannot change the output bytes)."""
+    meta = {"help": help, "manifest": manifest, "cli": cli}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -37,7 +42,7 @@ def _f(default: Any, help: str, *, manifest: bool = True, cli: bool = True,
 @dataclass
 class PipelineConfig:
     # -- inputs ------------------------------------------------------------------------------
-    inputs: list[str] = _f([], "files or globs", cli=False)
+    inputs: Annotated[list[str], _NOT_A_FLAG] = _f([], "files or globs", cli=False)
     text_field: str = _f("text", "JSONL/CSV/Parquet field holding the text")
     id_field: str | None = _f(None, "field holding a document id (default: file:line, "
                               "file@offset or file#row)")
@@ -83,8 +88,9 @@ class PipelineConfig:
     # -- execution ---------------------------------------------------------------------------
     workers: int = _f(0, "LocalCluster worker processes (0: cores / --tokenizer-threads)",
                       manifest=False)
-    adapt: str | None = _f(None, "adaptive LocalCluster scaling between MIN and MAX workers",
-                           manifest=False, metavar="MIN:MAX")
+    adapt: Annotated[str | None, Parameter(metavar="MIN:MAX")] = _f(
+        None, "adaptive LocalCluster scaling between MIN and MAX workers",
+                           manifest=False)
     scheduler: str | None = _f(None, "address of a running Dask scheduler (tcp://host:8786) "
                                "instead of starting a LocalCluster", manifest=False)
     dashboard_address: str = _f("127.0.0.1:8787", "where the LocalCluster serves its dashboard "
@@ -92,20 +98,25 @@ class PipelineConfig:
     retries: int = _f(2, "times Dask retries a failed task (a lost worker's tasks are "
                       "rescheduled anyway)", manifest=False)
     # -- output ------------------------------------------------------------------------------
-    output: str = _f(DEFAULT_OUTPUT, "dataset URL", manifest=False, cli=False)
-    storage_options: dict[str, Any] = _f({}, "fsspec options", manifest=False, cli=False)
-    replicas: list[str] = _f([], "other replicas", manifest=False, cli=False)
+    output: Annotated[str, _NOT_A_FLAG] = _f(
+        DEFAULT_OUTPUT, "dataset URL", manifest=False, cli=False)
+    storage_options: Annotated[dict[str, Any], _NOT_A_FLAG] = _f(
+        {}, "fsspec options", manifest=False, cli=False)
+    replicas: Annotated[list[str], _NOT_A_FLAG] = _f(
+        [], "other replicas", manifest=False, cli=False)
     write_quorum: int | None = _f(None, "replicas each write must reach (default: all); a write "
                                   "that meets the quorum but misses a replica is recorded for "
                                   "`storage repair`", manifest=False)
-    replica_options: list[dict[str, Any] | None] | None = _f(None, "per-replica options",
+    replica_options: Annotated[list[dict[str, Any] | None] | None, _NOT_A_FLAG] = _f(
+        None, "per-replica options",
                                                             manifest=False, cli=False)
     wait: bool = _f(False, "when another run holds the output's writer lease, wait for it "
                     "(saying who holds it, again every 30 s) instead of failing at once",
                     manifest=False)
-    lease_ttl: float = _f(90.0, "seconds the output's writer lease lasts unless renewed; the "
+    lease_ttl: Annotated[float, Parameter(metavar="SECONDS")] = _f(
+        90.0, "seconds the output's writer lease lasts unless renewed; the "
                           "driver renews it every third of that, and a dead driver's lease is "
-                          "taken over once it expires", manifest=False, metavar="SECONDS")
+                          "taken over once it expires", manifest=False)
 
     def __post_init__(self) -> None:
         if self.dedup not in ("exact", "none"):
@@ -165,30 +176,5 @@ class PipelineConfig:
 
 
 def cli_fields() -> list[Any]:
-    """The fields that are flags (and TOML keys), in declaration order."""
+    """The fields that are flags (and config-file keys), in declaration order."""
     return [f for f in fields(PipelineConfig) if f.metadata.get("cli", True)]
-
-
-def default_of(f: Any) -> Any:
-    return f.default if f.default is not MISSING else f.default_factory()
-
-
-#: keys a TOML file may hold beyond the flags
-FILE_ONLY_KEYS = {"inputs", "output", "storage_options", "replica", "replica_config"}
-
-
-def load_config_file(path: str) -> dict[str, Any]:
-    """``pipeline.toml`` as ``{field_name: value}``; unknown keys are an error, not ignored."""
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ValueError(f"--config {path}: {exc}") from None
-    known = {f.name for f in cli_fields()} | FILE_ONLY_KEYS
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        name = key.replace("-", "_")
-        if name not in known:
-            raise ValueError(f"--config {path}: unknown key {key!r} "
-                             f"(known: {', '.join(sorted(known))})")
-        out[name] = value
-    return out

@@ -217,7 +217,7 @@ class FileSource:
 def make_app(name: str, help: str, component: str, **kwargs: Any) -> App:
     """A cyclopts App whose commands take ``--config FILE`` and ``SHARDFLOW_<COMPONENT>_*``:
     flags first, then the file, then the environment, then the defaults."""
-    return App(name=name, help=help, help_format="plaintext", version_flags=(),
+    return App(name=name, help=help, help_format="rst", version_flags=(),
                config=[FileSource(), Env(env_prefix(component), command=False, show=False)],
                **kwargs)
 
@@ -233,7 +233,7 @@ class ReplicaFlags:
     replica_config: Annotated[str | None, Parameter(metavar="FILE")] = field(
         default=None, metadata={
             "help": "TOML/JSON file with [[replica]] url, profile, storage_options per replica "
-                    "and write_quorum (see storage/replica_config.py)"})
+                    "and write_quorum (see storage/io/replica_config.py)"})
     storage_options: StorageOptions = None
 
     @property
@@ -242,8 +242,8 @@ class ReplicaFlags:
 
     def spec(self, url: str | None, write_quorum: int | None = None) -> Any:
         """The replicas named by ``url``, ``--replica`` and ``--replica-config``, in that
-        order (a :class:`storage.replica_config.ReplicaConfig`)."""
-        from storage.replica_config import ReplicaConfig, load_replica_config
+        order (a :class:`storage.io.replica_config.ReplicaConfig`)."""
+        from storage.io.replica_config import ReplicaConfig, load_replica_config
 
         urls = ([url] if url else []) + list(self.replica)
         options: list[dict[str, Any] | None] = [None] * len(urls)
@@ -258,7 +258,7 @@ class ReplicaFlags:
 
     def store(self, url: str | None) -> Any:
         """The :class:`storage.ReplicaSet` these flags name, with ``url`` first."""
-        from storage import ReplicaSet
+        from storage.io.replicas import ReplicaSet
 
         spec = self.spec(url)
         return ReplicaSet.from_urls(spec.urls, self.options, spec.options,

@@ -31,6 +31,23 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
     return {}
 
 
+def _app_options(app) -> set[str]:  # noqa: ANN001 - a cyclopts App
+    """The option strings a cyclopts command accepts (what the user can type)."""
+    return {name for arg in app.assemble_argument_collection() if arg.parse
+            for name in arg.names if name.startswith("-")} | {"--help", "-h"}
+
+
+def _app_commands(app) -> dict[str | None, set[str]]:  # noqa: ANN001 - a cyclopts App
+    """None -> the app's own options; each subcommand -> its options."""
+    out: dict[str | None, set[str]] = {None: {"--help", "-h"}}
+    subs = [name for name in app if not name.startswith("-")]
+    if not subs:
+        out[None] = _app_options(app)
+    for name in subs:
+        out[name] = _app_options(app[name])
+    return out
+
+
 def _plot_parser() -> argparse.ArgumentParser:
     """``python -m trainer plot``'s parser is built inside its ``main``: catch it there."""
     from trainer import plot
@@ -55,17 +72,18 @@ def _plot_parser() -> argparse.ArgumentParser:
 def commands() -> dict[tuple[str, str | None], set[str]]:
     """(module, subcommand) -> the option strings its parser accepts."""
     from loopback_s3.__main__ import _parser as testing_parser
-    from pipeline.cli import build_parser as pipeline_parser
+    from pipeline.cli import app as pipeline_app
     from storage.admin.cli import build_parser as storage_parser
-    from trainer.config import build_parser as trainer_parser
+    from trainer.config import app as trainer_app
 
     out: dict[tuple[str, str | None], set[str]] = {}
-    for module, parser in (("pipeline", pipeline_parser()), ("storage", storage_parser()),
-                           ("loopback_s3", testing_parser())):
+    for module, parser in (("storage", storage_parser()), ("loopback_s3", testing_parser())):
         out[(module, None)] = _options(parser)
         for name, sub in _subcommands(parser).items():
             out[(module, name)] = _options(sub)
-    out[("trainer", None)] = _options(trainer_parser())
+    for module, app in (("pipeline", pipeline_app), ("trainer", trainer_app)):
+        for name, options in _app_commands(app).items():
+            out[(module, name)] = options
     out[("trainer", "plot")] = _options(_plot_parser())
     return out
 
@@ -103,6 +121,17 @@ def _parse(line: str) -> tuple[str, str | None, list[str]]:
     rest = words[i + 2:]
     sub = rest[0] if rest and not rest[0].startswith("-") else None
     return module, sub, [w.split("=")[0] for w in rest if w.startswith("--")]
+
+
+def test_the_introspection_can_fail(commands) -> None:
+    """The parsers' flags are really read: a flag none has is missing, every real one found."""
+    assert "--text-field" in commands[("pipeline", "run")]
+    assert "--no-fix-mojibake" in commands[("pipeline", "run")]
+    assert "-o" in commands[("pipeline", "run")] and "--json" in commands[("pipeline", "inspect")]
+    assert "--checkpoint-dir" in commands[("trainer", None)]
+    assert "--no-compile" not in commands[("trainer", None)]
+    assert "--empty-inputs" not in commands[("pipeline", "run")]  # not a flag (parse=False)
+    assert not any("--no-such-flag" in flags for flags in commands.values())
 
 
 def test_readme_commands_exist_with_their_flags(commands) -> None:

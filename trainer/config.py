@@ -1,5 +1,10 @@
 """The training configuration: flags, defaults, and their resolution.
 
+:class:`TrainConfig` is the one statement of every flag: type, default, help. The shared
+mechanism of :mod:`storage.config` (cyclopts) makes it ``python -m trainer``'s flags, the keys
+of ``--config FILE`` (TOML, YAML or JSON) and ``SHARDFLOW_TRAINER_<FLAG>`` environment
+overrides; precedence: flags, file, environment, defaults.
+
 Flags whose good value depends on the device (model shape, sequence length, batch size) default
 to ``None`` and are filled in by :func:`resolve` from :data:`PRESETS` once the device is known,
 so ``python -m trainer --data URL`` does something sensible on a laptop CPU and on a GPU. The
@@ -8,13 +13,14 @@ resolved config (no ``None`` left) is what gets saved to ``config.json``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from dataclasses import asdict, dataclass, field, replace
+from typing import Annotated, Any, Literal
 
-from storage.admin.cli import STORAGE_OPTIONS_HELP, json_object, storage_options_default
+from cyclopts import Group, Parameter
+from cyclopts.validators import Number
+
+from storage.config import ConfigFlag, OptionsFlag, StorageOptions, make_app, parse
 
 #: Defaults by device type: small enough for 2 CPU cores, GPT-2-small-like on CUDA.
 PRESETS: dict[str, dict[str, int]] = {
@@ -35,60 +41,6 @@ class ConfigError(ValueError):
     """A combination of flags that cannot run (reported without a traceback)."""
 
 
-@dataclass(frozen=True)
-class TrainConfig:
-    data: str
-    storage_options: dict[str, Any] | None = None
-    steps: int = 200
-    batch_size: int | None = None
-    seq_len: int | None = None
-    layers: int | None = None
-    width: int | None = None
-    heads: int | None = None
-    lr: float = 1e-3
-    min_lr_ratio: float = 0.1
-    warmup_steps: int | None = None
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    seed: int = 0
-    num_workers: int = 0
-    cache_dir: str | None = None
-    cache_bytes: int | None = None
-    log_every: int = 10
-    run_dir: str | None = None
-    device: str = "auto"
-    dtype: str = "auto"
-    global_batch_size: int | None = None
-    checkpoint_dir: str | None = None
-    checkpoint_storage_options: dict[str, Any] | None = None
-    checkpoint_every: int = 100
-    keep: int = 3
-    resume: str = "auto"
-    async_checkpoint: bool = False
-    deterministic: bool = False
-    strategy: str = "ddp"
-    preset: str | None = None
-    grad_accum: int = 1
-    compile: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
 _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -100,166 +52,158 @@ def _size(text: str) -> int:
     try:
         value = int(float(number) * _SIZE_UNITS[unit])
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 16G, 500M)") from None
+        raise ValueError(f"not a size: {text!r} (e.g. 16G, 500M)") from None
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+        raise ValueError(f"must be > 0, got {text!r}")
     return value
 
 
-
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Show "(default: X)" only where X says something (not None, not already in the help)."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
-        if action.default is None or "default" in text:
-            return text
-        return super()._get_help_string(action)
+def _size_converter(type_: Any, tokens: Any) -> int:
+    return _size(tokens[-1].value)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    cpu, cuda = PRESETS["cpu"], PRESETS["cuda"]
-
-    def preset(key: str) -> str:
-        return f"default: {cpu[key]} on CPU, {cuda[key]} on CUDA"
-
-    p = argparse.ArgumentParser(
-        prog="python -m trainer",
-        description="Train a small GPT on a Shardflow dataset. Run under "
-                    "`torchrun --nproc-per-node N` for DDP, or plainly for one process.",
-        epilog="Subcommand: `python -m trainer plot RUN_DIR` draws RUN_DIR/metrics.png "
-               "from RUN_DIR/metrics.jsonl.",
-        formatter_class=_HelpFormatter,
-    )
-    p.add_argument("--config", metavar="FILE",
-                   help="TOML or JSON file of flag values (keys: the flags' names, e.g. "
-                        "steps = 200, checkpoint-dir = \"runs/ckpt\"); flags given on the "
-                        "command line win")
-    d = p.add_argument_group("data")
-    d.add_argument("--data", required=True, metavar="URL",
-                   help="dataset root (any fsspec URL: a path, file://, s3://...)")
-    d.add_argument("--storage-options", type=json_object, default=storage_options_default(),
-                   metavar="JSON|@FILE", help=STORAGE_OPTIONS_HELP)
-    d.add_argument("--num-workers", type=_non_negative_int, default=0,
-                   help="DataLoader worker processes per rank (0: batches are built in this "
-                        "process by a background thread, row groups read ahead: the fastest)")
-    d.add_argument("--cache-dir", default=None, metavar="DIR",
-                   help="keep the verified shard pieces read from the store in this local "
-                        "directory (shared by the ranks and jobs of a host), so later epochs "
-                        "read local disk; unset = no cache")
-    d.add_argument("--cache-bytes", type=_size, default=None, metavar="SIZE",
-                   help="size limit of --cache-dir, least recently used pieces evicted "
-                        "(e.g. 200G; default: 16G)")
-    d.add_argument("--seq-len", type=_positive_int, default=None, help=preset("seq_len"))
-    d.add_argument("--batch-size", type=_positive_int, default=None,
-                   help="sequences per micro-batch per rank; " + preset("batch_size"))
-    d.add_argument("--global-batch-size", type=_positive_int, default=None,
-                   help="sequences per optimizer step over all ranks; the per-rank batch is "
-                        "this / world size (an error if it does not divide). Fix it to resume "
-                        "on another number of processes with the same training dynamics; "
-                        "overrides --batch-size")
-
-    m = p.add_argument_group("model")
-    m.add_argument("--preset", choices=sorted(MODEL_PRESETS), default=None,
-                   help="model shape: tiny (2x64), gpt2-small (12x768, 124M), 1b (18x2048, "
-                        "~1.0B); --layers/--width/--heads override it")
-    m.add_argument("--layers", type=_positive_int, default=None, help=preset("layers"))
-    m.add_argument("--width", type=_positive_int, default=None,
-                   help="d_model; " + preset("width"))
-    m.add_argument("--heads", type=_positive_int, default=None, help=preset("heads"))
-
-    o = p.add_argument_group("optimisation")
-    o.add_argument("--steps", type=_positive_int, default=200, help="optimizer steps")
-    o.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (AdamW)")
-    o.add_argument("--min-lr-ratio", type=float, default=0.1,
-                   help="the cosine decays to lr * this")
-    o.add_argument("--warmup-steps", type=_non_negative_int, default=None,
-                   help="linear warmup steps (default: 10%% of --steps)")
-    o.add_argument("--weight-decay", type=float, default=0.1,
-                   help="AdamW decoupled weight decay on matrices")
-    o.add_argument("--grad-clip", type=float, default=1.0,
-                   help="clip the global gradient norm to this (0 = off)")
-    o.add_argument("--seed", type=int, default=0, help="model init and data order")
-    o.add_argument("--grad-accum", type=_positive_int, default=1, metavar="N",
-                   help="micro-batches per optimizer step (gradients summed locally, synced "
-                        "once); --global-batch-size counts all of them")
-
-    r = p.add_argument_group("runtime")
-    r.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                   help="auto = CUDA when available")
-    r.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
-                   help="bfloat16 = autocast, CUDA only; auto = bfloat16 on CUDA when "
-                        "supported, else float32")
-    r.add_argument("--log-every", type=_positive_int, default=10, metavar="K",
-                   help="log a metrics line every K steps (and at the last step)")
-    r.add_argument("--strategy", choices=("ddp", "fsdp"), default="ddp",
-                   help="ddp: full replicas; fsdp: FSDP2 fully_shard per block (HSDP over a "
-                        "2-D mesh when torchrun runs more than one node)")
-    r.add_argument("--compile", action="store_true", help="torch.compile the model")
-    r.add_argument("--deterministic", action="store_true",
-                   help="torch.use_deterministic_algorithms(True) (and a fixed cuBLAS "
-                        "workspace on CUDA): bitwise-reproducible runs and resumes, a little "
-                        "slower")
-    r.add_argument("--run-dir", default=None, metavar="DIR",
-                   help="where config.json, metrics.jsonl and the per-rank sample digests "
-                        "go (default: runs/<timestamp>)")
-
-    c = p.add_argument_group("checkpoints")
-    c.add_argument("--checkpoint-dir", default=None, metavar="URL",
-                   help="where checkpoints go: a directory or any fsspec URL (s3://...); "
-                        "unset = no checkpoints")
-    c.add_argument("--checkpoint-storage-options", type=json_object, default=None,
-                   metavar="JSON|@FILE", help="fsspec options for --checkpoint-dir, as a JSON "
-                                              "object or @FILE (default: --storage-options)")
-    c.add_argument("--checkpoint-every", type=_positive_int, default=100, metavar="N",
-                   help="save every N steps (and at the last step)")
-    c.add_argument("--keep", type=_positive_int, default=3, metavar="K",
-                   help="keep the newest K complete checkpoints")
-    c.add_argument("--resume", default="auto", metavar="auto|PATH|none",
-                   help="auto: the newest complete checkpoint in --checkpoint-dir, if any "
-                        "(what a torchrun restart needs); PATH: that checkpoint; none: start "
-                        "afresh")
-    c.add_argument("--async-checkpoint", action="store_true",
-                   help="save with dcp.async_save: training continues while the shards are "
-                        "written; the checkpoint is marked complete at the next save or at "
-                        "the end")
-    return p
+_CPU, _CUDA = PRESETS["cpu"], PRESETS["cuda"]
 
 
-def load_config_file(path: str, known: set[str]) -> dict[str, Any]:
-    """Flag values from a TOML or JSON file: the same keys as the flags (``-`` or ``_``)."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
+def _preset(key: str) -> str:
+    return f"default: {_CPU[key]} on CPU, {_CUDA[key]} on CUDA"
 
-    try:
-        with open(path, "rb") as fh:
-            data = json.load(fh) if path.endswith(".json") else tomllib.load(fh)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"--config {path}: {exc}") from None
-    values = {str(k).replace("-", "_"): v for k, v in data.items()}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ConfigError(f"--config {path}: unknown keys {unknown} (keys are the flags' names)")
-    return values
+
+def _h(default: Any, help: str) -> Any:
+    """A field with its one default and its help (cyclopts reads ``metadata["help"]``)."""
+    return field(default=default, metadata={"help": help})
+
+
+_DATA = Parameter(group=Group("Data", sort_key=1))
+_MODEL = Parameter(group=Group("Model", sort_key=2))
+_OPTIMISATION = Parameter(group=Group("Optimisation", sort_key=3))
+_RUNTIME = Parameter(group=Group("Runtime", sort_key=4))
+_CHECKPOINTS = Parameter(group=Group("Checkpoints", sort_key=5))
+_Positive = Parameter(validator=Number(gt=0))
+_NonNegative = Parameter(validator=Number(gte=0))
+_NoNegative = Parameter(negative="")
+
+
+@Parameter(name="*")
+@dataclass(frozen=True)
+class TrainConfig:
+    """Every flag of ``python -m trainer``: its type, its one default and its help. ``None``
+    means "filled in by :func:`resolve`" (from :data:`PRESETS` once the device is known)."""
+
+    # fields in the order of config.json (a run directory's record); help groups them
+    data: Annotated[str, Parameter(metavar="URL"), _DATA] = field(metadata={
+        "help": "dataset root (any fsspec URL: a path, file://, s3://...)"})
+    storage_options: Annotated[StorageOptions, _DATA] = None
+    steps: Annotated[int, _Positive, _OPTIMISATION] = _h(200, "optimizer steps")
+    batch_size: Annotated[int | None, _Positive, _DATA] = _h(
+        None, "sequences per micro-batch per rank; " + _preset("batch_size"))
+    seq_len: Annotated[int | None, _Positive, _DATA] = _h(None, _preset("seq_len"))
+    layers: Annotated[int | None, _Positive, _MODEL] = _h(None, _preset("layers"))
+    width: Annotated[int | None, _Positive, _MODEL] = _h(None, "d_model; " + _preset("width"))
+    heads: Annotated[int | None, _Positive, _MODEL] = _h(None, _preset("heads"))
+    lr: Annotated[float, _OPTIMISATION] = _h(1e-3, "peak learning rate (AdamW)")
+    min_lr_ratio: Annotated[float, _OPTIMISATION] = _h(0.1, "the cosine decays to lr * this")
+    warmup_steps: Annotated[int | None, _NonNegative, _OPTIMISATION] = _h(
+        None, "linear warmup steps (default: 10% of --steps)")
+    weight_decay: Annotated[float, _OPTIMISATION] = _h(
+        0.1, "AdamW decoupled weight decay on matrices")
+    grad_clip: Annotated[float, _OPTIMISATION] = _h(
+        1.0, "clip the global gradient norm to this (0 = off)")
+    seed: Annotated[int, _OPTIMISATION] = _h(0, "model init and data order")
+    num_workers: Annotated[int, _NonNegative, _DATA] = _h(
+        0, "DataLoader worker processes per rank (0: batches are built in this process by a "
+           "background thread, row groups read ahead: the fastest)")
+    cache_dir: Annotated[str | None, Parameter(metavar="DIR"), _DATA] = _h(
+        None, "keep the verified shard pieces read from the store in this local directory "
+              "(shared by the ranks and jobs of a host), so later epochs read local disk; "
+              "unset = no cache")
+    cache_bytes: Annotated[int | None, _DATA,
+                           Parameter(converter=_size_converter, metavar="SIZE")] = _h(
+        None, "size limit of --cache-dir, least recently used pieces evicted (e.g. 200G; "
+              "default: 16G)")
+    log_every: Annotated[int, _Positive, Parameter(metavar="K"), _RUNTIME] = _h(
+        10, "log a metrics line every K steps (and at the last step)")
+    run_dir: Annotated[str | None, Parameter(metavar="DIR"), _RUNTIME] = _h(
+        None, "where config.json, metrics.jsonl and the per-rank sample digests go (default: "
+              "runs/<timestamp>)")
+    device: Annotated[Literal["auto", "cpu", "cuda"], _RUNTIME] = _h(
+        "auto", "auto = CUDA when available")
+    dtype: Annotated[Literal["auto", "float32", "bfloat16"], _RUNTIME] = _h(
+        "auto", "bfloat16 = autocast, CUDA only; auto = bfloat16 on CUDA when supported, else "
+                "float32")
+    global_batch_size: Annotated[int | None, _Positive, _DATA] = _h(
+        None, "sequences per optimizer step over all ranks; the per-rank batch is this / world "
+              "size (an error if it does not divide). Fix it to resume on another number of "
+              "processes with the same training dynamics; overrides --batch-size")
+    checkpoint_dir: Annotated[str | None, Parameter(metavar="URL"), _CHECKPOINTS] = _h(
+        None, "where checkpoints go: a directory or any fsspec URL (s3://...); unset = no "
+              "checkpoints")
+    checkpoint_storage_options: Annotated[OptionsFlag, _CHECKPOINTS] = _h(
+        None, "fsspec options for --checkpoint-dir, as a JSON object or @FILE (default: "
+              "--storage-options)")
+    checkpoint_every: Annotated[int, _Positive, Parameter(metavar="N"), _CHECKPOINTS] = _h(
+        100, "save every N steps (and at the last step)")
+    keep: Annotated[int, _Positive, Parameter(metavar="K"), _CHECKPOINTS] = _h(
+        3, "keep the newest K complete checkpoints")
+    resume: Annotated[str, Parameter(metavar="auto|PATH|none"), _CHECKPOINTS] = _h(
+        "auto", "auto: the newest complete checkpoint in --checkpoint-dir, if any (what a "
+                "torchrun restart needs); PATH: that checkpoint; none: start afresh")
+    async_checkpoint: Annotated[bool, _NoNegative, _CHECKPOINTS] = _h(
+        False, "save with dcp.async_save: training continues while the shards are written; "
+               "the checkpoint is marked complete at the next save or at the end")
+
+    deterministic: Annotated[bool, _NoNegative, _RUNTIME] = _h(
+        False, "torch.use_deterministic_algorithms(True) (and a fixed cuBLAS workspace on "
+               "CUDA): bitwise-reproducible runs and resumes, a little slower")
+    strategy: Annotated[Literal["ddp", "fsdp"], _RUNTIME] = _h(
+        "ddp", "ddp: full replicas; fsdp: FSDP2 fully_shard per block (HSDP over a 2-D mesh "
+               "when torchrun runs more than one node)")
+    preset: Annotated[Literal["1b", "gpt2-small", "tiny"] | None, _MODEL] = _h(
+        None, "model shape: tiny (2x64), gpt2-small (12x768, 124M), 1b (18x2048, ~1.0B); "
+              "--layers/--width/--heads override it")
+    grad_accum: Annotated[int, _Positive, Parameter(metavar="N"), _OPTIMISATION] = _h(
+        1, "micro-batches per optimizer step (gradients summed locally, synced once); "
+           "--global-batch-size counts all of them")
+    compile: Annotated[bool, _NoNegative, _RUNTIME] = _h(False, "torch.compile the model")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+app = make_app(
+    "python -m trainer", component="trainer",
+    help="Train a small GPT on a Shardflow dataset. Run under `torchrun --nproc-per-node N` "
+         "for DDP, or plainly for one process. Subcommand: `python -m trainer plot RUN_DIR` "
+         "draws RUN_DIR/metrics.png from RUN_DIR/metrics.jsonl.")
+
+
+@app.default
+def _train(*, cfg: TrainConfig, config: Annotated[ConfigFlag, Parameter(help=(
+        "TOML, YAML or JSON file of flag values (keys: the flags' names, e.g. steps = 200, "
+        "checkpoint-dir = \"runs/ckpt\"); flags given on the command line win over it, it "
+        "wins over SHARDFLOW_TRAINER_<FLAG> environment variables"))] = None) -> TrainConfig:
+    return cfg
+
+
+def help_text() -> str:
+    """``python -m trainer --help`` as printed (for tests and docs)."""
+    import io
+
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=100)
+    app.help_print([], console=console)
+    return console.file.getvalue()  # type: ignore[attr-defined]
 
 
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
-    """Flags over ``--config FILE`` values over defaults."""
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--config")
-    known_args, _ = pre.parse_known_args(argv)
-    parser = build_parser()
-    names = {f.name for f in fields(TrainConfig)}
-    if known_args.config:
-        values = load_config_file(known_args.config, names)
-        parser.set_defaults(**values)
-        for action in parser._actions:  # a required flag may come from the file
-            if action.dest in values:
-                action.required = False
-    ns = parser.parse_args(argv)
-    return TrainConfig(**{k: v for k, v in vars(ns).items() if k in names})
+    """Flags over ``--config FILE`` values over ``SHARDFLOW_TRAINER_*`` over defaults; a bad
+    flag or file prints one ``error:`` line and exits 2."""
+    command, bound = parse(app, sys.argv[1:] if argv is None else argv)
+    if command is not _train:  # --help
+        command(*bound.args, **bound.kwargs)
+        raise SystemExit(0)
+    return bound.arguments["cfg"]
 
 
 def resolve(cfg: TrainConfig, device_type: str, bf16_supported: bool) -> TrainConfig:

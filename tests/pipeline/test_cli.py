@@ -19,11 +19,20 @@ def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=timeout)
 
 
-@pytest.mark.parametrize("sub", ["run", "inspect"])
+@pytest.mark.parametrize("sub", ["run", "inspect", "export"])
 def test_help(sub: str) -> None:
     out = _cli(sub, "--help")
     assert out.returncode == 0
-    assert "usage: python -m pipeline" in out.stdout
+    assert f"Usage: python -m pipeline {sub}" in out.stdout
+    assert "--storage-options" in out.stdout and "--replica-config" in out.stdout
+
+
+def test_usage_errors_are_one_line_with_rc_2(tmp_path: Path) -> None:
+    for args in (["run", "--min-chars", "lots"], ["run", "--no-such-flag"],
+                 ["export", "x", "y", "--format", "csv"], ["inspect"], ["frobnicate"]):
+        out = _cli(*args)
+        assert out.returncode == 2, (args, out.stderr)
+        assert out.stderr.startswith("error: ") and out.stderr.count("\n") == 1, out.stderr
 
 
 def test_inspect_prints_summary(tiny_dataset: str) -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.config import PRESETS, TrainConfig, build_parser, parse_args, resolve
+from trainer.config import PRESETS, TrainConfig, help_text, parse_args, resolve
 
 
 def test_help_lists_every_flag() -> None:
-    text = build_parser().format_help()
+    text = help_text()
     for flag in ("--data", "--storage-options", "--steps", "--batch-size", "--seq-len",
                  "--layers", "--width", "--heads", "--lr", "--warmup-steps", "--weight-decay",
                  "--grad-clip", "--seed", "--num-workers", "--log-every", "--run-dir",
@@ -60,6 +60,9 @@ def test_width_must_divide_by_heads() -> None:
 
 
 @pytest.mark.parametrize("argv", [
+    ["--data", "d", "--no-such-flag"],
+    ["--data", "d", "--strategy", "zero"],
+    ["--data", "d", "--no-compile"],  # no such negative: --compile is off by default
     ["--data", "d", "--storage-options", "not json"],
     ["--data", "d", "--storage-options", "[1, 2]"],
     ["--data", "d", "--steps", "0"],
@@ -68,9 +71,13 @@ def test_width_must_divide_by_heads() -> None:
     ["--data", "d", "--cache-bytes", "lots"],
     ["--data", "d", "--cache-bytes", "0"],
 ])
-def test_bad_flags_exit(argv: list[str]) -> None:
-    with pytest.raises(SystemExit):
+def test_bad_flags_exit(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
         parse_args(argv)
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert "[1, 2]" not in err and "not json" not in err  # options values are never echoed
 
 
 def test_user_errors_are_one_line_and_leave_no_run_dir(tmp_path, capsys) -> None:
@@ -101,20 +108,50 @@ def test_presets_global_batch_and_grad_accum() -> None:
 
 
 def test_new_flags_are_in_help() -> None:
-    text = build_parser().format_help()
+    text = help_text()
     for flag in ("--checkpoint-dir", "--checkpoint-every", "--keep", "--resume",
                  "--async-checkpoint", "--global-batch-size", "--strategy", "--preset",
                  "--grad-accum", "--compile", "--deterministic"):
         assert flag in text, flag
 
 
-def test_config_file_sets_flags_and_command_line_wins(tmp_path) -> None:
-    from trainer.config import ConfigError, parse_args
-
+def test_config_file_sets_flags_and_command_line_wins(tmp_path, capsys) -> None:
     path = tmp_path / "train.toml"
     path.write_text('data = "data/x"\nsteps = 7\ncheckpoint-every = 3\n')
     cfg = parse_args(["--config", str(path), "--steps", "9"])
     assert (cfg.data, cfg.steps, cfg.checkpoint_every) == ("data/x", 9, 3)
     path.write_text("stepz = 1\n")
-    with pytest.raises(ConfigError, match=r"unknown keys \['stepz'\]"):
+    with pytest.raises(SystemExit) as caught:
         parse_args(["--config", str(path), "--data", "d"])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown key 'stepz'" in err and "steps" in err
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".yaml", ".json"])
+def test_precedence_flags_file_environment_defaults(tmp_path, monkeypatch, suffix) -> None:
+    path = tmp_path / f"train{suffix}"
+    path.write_text({".toml": 'data = "from-file"\nsteps = 7\ncheckpoint_storage_options = '
+                              '{ anon = true }\n',
+                     ".yaml": "data: from-file\nsteps: 7\ncheckpoint_storage_options: "
+                              "{anon: true}\n",
+                     ".json": '{"data": "from-file", "steps": 7, '
+                              '"checkpoint-storage-options": {"anon": true}}'}[suffix])
+    monkeypatch.setenv("SHARDFLOW_TRAINER_STEPS", "11")
+    monkeypatch.setenv("SHARDFLOW_TRAINER_LR", "0.5")
+    monkeypatch.setenv("SHARDFLOW_TRAINER_DATA", "from-env")
+    default = TrainConfig(data="x")
+    cfg = parse_args([])  # the environment over the defaults, --data from it too
+    assert (cfg.data, cfg.steps, cfg.lr, cfg.seed) == ("from-env", 11, 0.5, default.seed)
+    cfg = parse_args(["--config", str(path)])
+    assert (cfg.data, cfg.steps, cfg.lr) == ("from-file", 7, 0.5)
+    assert cfg.checkpoint_storage_options == {"anon": True}
+    cfg = parse_args(["--config", str(path), "--steps", "9", "--data", "flag"])
+    assert (cfg.data, cfg.steps, cfg.lr) == ("flag", 9, 0.5)
+
+
+def test_defaults_are_stated_once(monkeypatch) -> None:
+    monkeypatch.delenv("SHARDFLOW_STORAGE_OPTIONS", raising=False)
+    assert parse_args(["--data", "d"]) == TrainConfig(data="d")
+    monkeypatch.setenv("SHARDFLOW_STORAGE_OPTIONS", '{"anon": true}')
+    assert parse_args(["--data", "d"]).storage_options == {"anon": True}
