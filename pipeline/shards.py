@@ -3,13 +3,17 @@
 How ids are encoded in ``input_ids`` (little-endian uint16/uint32 in one binary value per
 document) is the storage format's business: :mod:`storage.tokens`.
 
-The shard is built in memory and written with one atomic put, so a crashed worker never leaves
-a half-written object under a final name, and its checksum is known before the upload.
+A shard is written a row group at a time (:class:`ShardWriter`) into a temporary file, and put
+with one atomic put, so a crashed worker never leaves a half-written object under a final name,
+and its checksum is known before the upload. Only the row group being filled is in memory
+while documents arrive; the finished shard's bytes once, for the put.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import tempfile
 from collections.abc import Sequence
 
 import numpy as np
@@ -50,43 +54,123 @@ def shard_table(doc_ids: Sequence[str] | pa.Array, input_ids: pa.BinaryArray) ->
     return pa.Table.from_arrays([ids, input_ids], schema=SCHEMA)
 
 
-def encode_table(table: pa.Table, dtype: np.dtype, target_rg_tokens: int,
-                 path: str = "shard.parquet") -> tuple[bytes, ShardInfo]:
-    """The Parquet bytes of one shard and its manifest entry.
+class ShardWriter:
+    """One shard written a row group at a time, so that only the row group being filled is in
+    memory, never the shard's rows.
 
-    The entry locates each row group's ``input_ids`` column chunk (offset, length, sha256) and
-    the footer, so that a reader fetches and verifies exactly what it decodes. The table is
-    made contiguous first: the bytes must depend on the rows only, not on how they were chunked.
+    Documents go in as tables (:func:`add`) in order; a row group is written as soon as its
+    documents reach ``target_rg_tokens`` tokens (:func:`row_group_bounds` on the prefix, so
+    the boundaries, and the bytes, are those of encoding all rows at once). The Parquet bytes
+    gather in a temporary file, read back once by :func:`finish` for the one atomic put.
     """
-    table = table.combine_chunks()
-    counts = tokens.lengths(table.column("input_ids"), tokens.encoding_name(dtype)).tolist()
-    sink = pa.BufferOutputStream()
-    bounds = row_group_bounds(counts, target_rg_tokens)
-    # Token ids are stored plain (no dictionary: it buys nothing after zstd and costs a
-    # decode step); pages of 1 MiB keep decoding in large runs.
-    with pq.ParquetWriter(sink, SCHEMA, compression="zstd", compression_level=3,
-                          use_dictionary=["doc_id"], data_page_size=1 << 20,
-                          write_statistics=False, store_schema=False) as writer:
-        for lo, hi in bounds:
-            writer.write_table(table.slice(lo, hi - lo), row_group_size=hi - lo)
-    data = sink.getvalue().to_pybytes()
+
+    def __init__(self, dtype: np.dtype, target_rg_tokens: int) -> None:
+        self.dtype, self.target = np.dtype(dtype), target_rg_tokens
+        self.encoding = tokens.encoding_name(self.dtype)
+        self._file = tempfile.TemporaryFile()  # noqa: SIM115 - closed by finish/close
+        # Token ids are stored plain (no dictionary: it buys nothing after zstd and costs a
+        # decode step); pages of 1 MiB keep decoding in large runs.
+        self._writer = pq.ParquetWriter(self._file, SCHEMA, compression="zstd",
+                                        compression_level=3, use_dictionary=["doc_id"],
+                                        data_page_size=1 << 20, write_statistics=False,
+                                        store_schema=False)
+        self._pending: list[pa.Table] = []
+        self._counts = np.zeros(0, dtype=np.int64)
+        #: (rows, tokens) of each row group written
+        self.groups: list[tuple[int, int]] = []
+
+    @property
+    def rows(self) -> int:
+        return sum(r for r, _ in self.groups) + len(self._counts)
+
+    def add(self, table: pa.Table, counts: np.ndarray | None = None) -> None:
+        """Append documents (``counts``: their tokens, computed from the table if not given)."""
+        if not table.num_rows:
+            return
+        if counts is None:
+            counts = tokens.lengths(table.column("input_ids"), self.encoding)
+        self._pending.append(table)
+        self._counts = np.concatenate([self._counts, np.asarray(counts, dtype=np.int64)])
+        ends = np.cumsum(self._counts)
+        if not len(ends) or ends[-1] < self.target:
+            return
+        # Close groups exactly where close_at_target would: each ends at the first document
+        # that brings its own total to the target.
+        rows = pa.concat_tables(self._pending).combine_chunks()
+        lo = 0
+        while lo < len(ends):
+            base = int(ends[lo - 1]) if lo else 0
+            hi = int(np.searchsorted(ends, base + self.target, side="left")) + 1
+            if hi > len(ends):
+                break
+            self._write(rows.slice(lo, hi - lo), int(ends[hi - 1]) - base)
+            lo = hi
+        rest = rows.slice(lo)
+        self._pending = [rest] if rest.num_rows else []
+        self._counts = self._counts[lo:]
+
+    def _write(self, table: pa.Table, n_tokens: int) -> None:
+        self._writer.write_table(table, row_group_size=table.num_rows)
+        self.groups.append((table.num_rows, n_tokens))
+
+    def finish(self, path: str = "shard.parquet") -> tuple[bytes, ShardInfo]:
+        """The shard's bytes and manifest entry (the last row group may be under target)."""
+        if self._counts.size:
+            self._write(pa.concat_tables(self._pending).combine_chunks(),
+                        int(self._counts.sum()))
+        self._pending, self._counts = [], np.zeros(0, dtype=np.int64)
+        self._writer.close()
+        with self._file:
+            self._file.seek(0)
+            data = self._file.read()
+        return data, _describe(data, self.groups, path)
+
+    def close(self) -> None:
+        """Drop an unfinished shard (its temporary file goes with it)."""
+        with contextlib.suppress(Exception):
+            self._writer.close()
+        self._file.close()
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _describe(data: bytes, groups: list[tuple[int, int]], path: str) -> ShardInfo:
+    """The manifest entry of a shard's bytes: each row group's ``input_ids`` column chunk
+    (offset, length, digest), the footer, the whole file's checksum."""
     meta = pq.ParquetFile(io.BytesIO(data)).metadata
     column = SCHEMA.get_field_index("input_ids")
-    groups = []
-    for i, (lo, hi) in enumerate(bounds):
+    infos = []
+    for i, (rows, n_tokens) in enumerate(groups):
         chunk = meta.row_group(i).column(column)
         start = (chunk.dictionary_page_offset if chunk.has_dictionary_page
                  else chunk.data_page_offset)
         length = chunk.total_compressed_size
         piece = memoryview(data)[start:start + length]
-        groups.append(RowGroupInfo(rows=hi - lo, tokens=int(sum(counts[lo:hi])), offset=start,
-                                   length=length, blake3=piece_digest(piece)))
+        infos.append(RowGroupInfo(rows=rows, tokens=n_tokens, offset=start, length=length,
+                                  blake3=piece_digest(piece)))
     footer_length = meta.serialized_size + 8
-    info = ShardInfo(path=path, rows=table.num_rows, tokens=int(sum(counts)), bytes=len(data),
-                     sha256=digest_bytes(data), row_groups=tuple(groups),
+    return ShardInfo(path=path, rows=sum(r for r, _ in groups),
+                     tokens=sum(t for _, t in groups), bytes=len(data),
+                     sha256=digest_bytes(data), row_groups=tuple(infos),
                      footer_length=footer_length,
                      footer_sha256=digest_bytes(data[len(data) - footer_length:]))
-    return data, info
+
+
+def encode_table(table: pa.Table, dtype: np.dtype, target_rg_tokens: int,
+                 path: str = "shard.parquet") -> tuple[bytes, ShardInfo]:
+    """The Parquet bytes of one shard and its manifest entry (:class:`ShardWriter` at once).
+
+    The entry locates each row group's ``input_ids`` column chunk (offset, length, sha256) and
+    the footer, so that a reader fetches and verifies exactly what it decodes. Rows are made
+    contiguous per row group: the bytes depend on the rows only, not on how they were chunked.
+    """
+    with ShardWriter(dtype, target_rg_tokens) as writer:
+        writer.add(table)
+        return writer.finish(path)
 
 
 def encode_shard(doc_ids: Sequence[str], ids: Sequence[np.ndarray], target_rg_tokens: int,

@@ -29,6 +29,7 @@ from pipeline import shuffle, tokenizing, work
 from pipeline.cleaning import Cleaner, CleaningConfig
 from pipeline.dedup import (
     DROP,
+    ENTRY,
     KIND_EXACT,
     KIND_NEAR,
     MinHasher,
@@ -38,7 +39,7 @@ from pipeline.dedup import (
 from pipeline.plan import Partition
 from pipeline.readers import ReadOptions, read_partition
 from pipeline.records import Rejected
-from pipeline.shards import encode_table, shard_table
+from pipeline.shards import ShardWriter, encode_table, shard_table
 from storage import (
     ObjectInfo,
     ReplicaSet,
@@ -129,68 +130,73 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
     tok_json = _tokenizer_json(store, p.tokenizer_sha256)
     hasher = _minhasher(*p.minhash) if p.near_dup else None
     cleaner = Cleaner(p.cleaning)
+    dtype = tokens.token_dtype(p.vocab_size)
     rejected: list[dict[str, str]] = []
+    # Streamed: each encode batch goes to the shard writer (which holds at most one row group
+    # of it) and its dedup keys to a spool file, so memory does not grow with the partition.
     doc_ids: list[str] = []
     batch: list[str] = []
     batch_chars = 0
-    lengths: list[np.ndarray] = []
-    values: list[np.ndarray] = []
     keys: list[bytes] = []
     positions: list[int] = []
     kinds: list[int] = []
-    docs_in = 0
+    docs_in = rows = n_tokens = 0
 
     def flush() -> None:
-        nonlocal batch, batch_chars
+        nonlocal doc_ids, batch, batch_chars, keys, positions, kinds, n_tokens
         if batch:
             ln, vals = tokenizing.encode_flat(tok_json, p.eos_id, batch)
-            lengths.append(ln)
-            values.append(vals)
-        batch, batch_chars = [], 0
+            writer.add(shard_table(doc_ids, tokens.pack(ln, vals, dtype)), ln)
+            n_tokens += int(vals.size)
+        if keys:
+            spool.append(entries(keys, positions, kinds))
+        doc_ids, batch, batch_chars, keys, positions, kinds = [], [], 0, [], [], []
 
-    for item in read_partition(part, p.read, p.storage_options):
-        if isinstance(item, Rejected):
-            if p.strict:  # reported to the driver, which stops the run; not a task failure
-                return work.PhaseOne(part.index, key, error=strict_message(item))
-            rejected.append(asdict(item))
-            continue
-        docs_in += 1
-        text = cleaner(item.text)
-        if text is None:
-            continue
-        pos = len(doc_ids)
-        if p.dedup:
-            keys.append(content_key(text))
-            positions.append(pos)
-            kinds.append(KIND_EXACT)
-        if hasher is not None:
-            bands = hasher.band_keys(text)
-            keys += bands
-            positions += [pos] * len(bands)
-            kinds += [KIND_NEAR] * len(bands)
-        doc_ids.append(item.doc_id)
-        batch.append(text)
-        batch_chars += len(text)
-        if len(batch) >= p.encode_batch_docs or batch_chars >= BATCH_CHARS:
+    with ShardWriter(dtype, p.row_group_tokens) as writer:
+        spool = work.ArraySpool(ENTRY)
+        try:
+            for item in read_partition(part, p.read, p.storage_options):
+                if isinstance(item, Rejected):
+                    if p.strict:  # reported to the driver, which stops the run; not a failure
+                        return work.PhaseOne(part.index, key, error=strict_message(item))
+                    rejected.append(asdict(item))
+                    continue
+                docs_in += 1
+                text = cleaner(item.text)
+                if text is None:
+                    continue
+                pos = rows
+                rows += 1
+                if p.dedup:
+                    keys.append(content_key(text))
+                    positions.append(pos)
+                    kinds.append(KIND_EXACT)
+                if hasher is not None:
+                    bands = hasher.band_keys(text)
+                    keys += bands
+                    positions += [pos] * len(bands)
+                    kinds += [KIND_NEAR] * len(bands)
+                doc_ids.append(item.doc_id)
+                batch.append(text)
+                batch_chars += len(text)
+                if len(batch) >= p.encode_batch_docs or batch_chars >= BATCH_CHARS:
+                    flush()
             flush()
-    flush()
-
-    ln = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
-    vals = np.concatenate(values) if values else np.zeros(0, np.int32)
-    shard = None
-    if doc_ids:
-        # Written as the final shard: most partitions lose no row to dedup, and theirs is
-        # then only verified and linked (or copied) into place by phase 2.
-        dtype = tokens.token_dtype(p.vocab_size)
-        data, shard = encode_table(shard_table(doc_ids, tokens.pack(ln, vals, dtype)), dtype,
-                                   p.row_group_tokens)
-        shard = named(part.index, shard)
-        scratch.put(work.rows_path(key), data)
-    keys_sha256 = work.save_array(scratch, work.keys_path(key), entries(keys, positions, kinds))
+            shard = None
+            if rows:
+                # Written as the final shard: most partitions lose no row to dedup, and theirs
+                # is then only verified and linked (or copied) into place by phase 2.
+                data, shard = writer.finish()
+                shard = named(part.index, shard)
+                scratch.put(work.rows_path(key), data)
+                del data
+            keys_sha256 = spool.save(scratch, work.keys_path(key))
+        finally:
+            spool.close()
     quarantine = put_quarantine(store, part.index, rejected) if rejected else None
     result = work.PhaseOne(
-        index=part.index, key=key, docs_in=docs_in + len(rejected), rows=len(doc_ids),
-        tokens=int(vals.size), dropped=dict(cleaner.dropped), changed=dict(cleaner.changed),
+        index=part.index, key=key, docs_in=docs_in + len(rejected), rows=rows,
+        tokens=n_tokens, dropped=dict(cleaner.dropped), changed=dict(cleaner.changed),
         quarantined=dict(Counter(r["reason"] for r in rejected)), quarantine=quarantine,
         shard=shard, keys_sha256=keys_sha256, durable=not scratch.primary.is_local)
     work.put_json(scratch, work.done1_path(key), work.marker(result))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -169,6 +170,49 @@ def save_array(store: ReplicaSet, relative: str, arr: np.ndarray) -> str:
     data = buf.getvalue()
     store.put(relative, data)
     return digest_bytes(data)
+
+
+def npy_header(dtype: np.dtype, n: int) -> bytes:
+    """The ``.npy`` header :func:`numpy.save` writes for a 1-D array of ``n`` ``dtype``."""
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": np.lib.format.dtype_to_descr(dtype),
+                                               "fortran_order": False, "shape": (n,)})
+    return buf.getvalue()
+
+
+class ArraySpool:
+    """A 1-D array appended in pieces to a temporary file and saved as one ``.npy``: the bytes
+    :func:`save_array` writes for all pieces concatenated, without holding them all.
+
+    The pieces start :data:`HEADER_ROOM` bytes into the file; the header, known once the
+    length is, goes right before them, so the file is read back once, as the object's bytes.
+    """
+
+    HEADER_ROOM = 4096
+
+    def __init__(self, dtype: np.dtype) -> None:
+        self.dtype, self.n = np.dtype(dtype), 0
+        self._file = tempfile.TemporaryFile()  # noqa: SIM115 - closed by save/close
+        self._file.seek(self.HEADER_ROOM)
+
+    def append(self, arr: np.ndarray) -> None:
+        self._file.write(np.ascontiguousarray(arr, dtype=self.dtype).tobytes())
+        self.n += len(arr)
+
+    def save(self, store: ReplicaSet, relative: str) -> str:
+        """Put the ``.npy`` at ``relative``; returns the file's SHA-256. Closes the spool."""
+        header = npy_header(self.dtype, self.n)
+        start = self.HEADER_ROOM - len(header)
+        with self._file:
+            self._file.seek(start)
+            self._file.write(header)
+            self._file.seek(start)
+            data = self._file.read()
+        store.put(relative, data)
+        return digest_bytes(data)
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def load_array(store: ReplicaSet, relative: str) -> np.ndarray:
