@@ -15,7 +15,6 @@ lands on the identical name.
 from __future__ import annotations
 
 import functools
-import io
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
@@ -39,7 +38,7 @@ from pipeline.dedup import (
 from pipeline.plan import Partition
 from pipeline.readers import ReadOptions, read_partition
 from pipeline.records import Rejected
-from pipeline.shards import ShardWriter, encode_table, shard_table
+from pipeline.shards import ShardWriter, shard_table
 from storage import (
     ObjectInfo,
     ReplicaSet,
@@ -220,27 +219,46 @@ def phase_two(one: work.PhaseOne, run_key: str, store: ReplicaSet, row_group_tok
     drops = shuffle.pick(store, picked) if picked is not None else np.zeros(0, dtype=DROP)
     shard, duplicates, same_as = None, {}, None
     if one.shard is not None:
-        # Verified on the way: a damaged work file must not become a shard.
-        data = scratch.get(work.rows_path(one.key), sha256=one.shard.sha256)
         if not len(drops):
-            # The verified work file itself becomes the shard where the store can link it.
+            # Verified on the way: a damaged work file must not become a shard. The verified
+            # work file itself becomes the shard where the store can link it.
+            data = scratch.get(work.rows_path(one.key), sha256=one.shard.sha256)
             shard, same_as = named(index, one.shard), work.rows_path(one.key)
         else:
-            table = pq.read_table(io.BytesIO(data))
-            keep = np.ones(table.num_rows, dtype=bool)
-            keep[drops["pos"]] = False
-            table = table.filter(pa.array(keep))
             exact = int((drops["kind"] == KIND_EXACT).sum())
             duplicates = {k: v for k, v in (("duplicate", exact),
                                             ("near_duplicate", len(drops) - exact)) if v}
-            data, shard = (encode_table(table, tokens.token_dtype(vocab_size), row_group_tokens)
-                           if table.num_rows else (b"", None))
+            data, shard = _without(scratch, one, drops["pos"], tokens.token_dtype(vocab_size),
+                                   row_group_tokens)
         if shard is not None:
             shard = named(index, shard)
             store.put(shard.path, data, same_as=same_as)
     result = work.PhaseTwo(index, shard, duplicates)
     work.put_json(scratch, work.done2_path(run_key, index), work.marker(result))
     return result
+
+
+def _without(scratch: ReplicaSet, one: work.PhaseOne, dropped: np.ndarray, dtype: np.dtype,
+             row_group_tokens: int) -> tuple[bytes, ShardInfo | None]:
+    """Phase 1's shard re-encoded without the rows at positions ``dropped``, a row group at a
+    time: the bytes :func:`pipeline.shards.encode_table` gives on the surviving rows. It holds
+    phase 1's bytes (verified on the way: a damaged work file must not become a shard) and one
+    row group of rows, then, once those are gone, the new shard's bytes for the put."""
+    assert one.shard is not None
+    source = pq.ParquetFile(pa.BufferReader(
+        scratch.get(work.rows_path(one.key), sha256=one.shard.sha256)))
+    keep = np.ones(source.metadata.num_rows, dtype=bool)
+    keep[dropped] = False
+    with ShardWriter(dtype, row_group_tokens) as writer:
+        at = 0
+        for i in range(source.num_row_groups):
+            group = source.read_row_group(i)
+            writer.add(group.filter(pa.array(keep[at:at + group.num_rows])))
+            at += group.num_rows
+            del group
+        source.close()
+        del source
+        return writer.finish() if writer.rows else (b"", None)
 
 
 def phase_two_each(ones: list[work.PhaseOne], run_key: str, store: ReplicaSet,
