@@ -23,7 +23,7 @@ SPLITTABLE = ("jsonl", "txt")
 #: ``partition_bytes = 0`` (auto) aims at this many partitions, within the bounds below
 AUTO_PARTITIONS = 64
 AUTO_MIN_BYTES = 1 << 20
-AUTO_MAX_BYTES = 16 << 20
+AUTO_MAX_BYTES = 1 << 30
 #: at most this many partitions to one task of the job's tail (see :func:`task_groups`)
 TAIL_GROUP_MAX = 64
 
@@ -62,9 +62,14 @@ def auto_partition_bytes(total_bytes: int) -> int:
 
     Many partitions per worker keep the last round of tasks from leaving workers idle (five
     equal tasks on two workers take three rounds: 83 % busy; 64 take 32: 100 %), while at
-    least 1 MiB each keeps per-task costs small and at most 16 MiB keeps worker memory low.
+    least 1 MiB each keeps per-task costs small. Past 64 GiB of input partitions stop growing
+    at 1 GiB: a shard of a few hundred MB (many row groups), and per-partition costs (a task,
+    three work files, a shard, a manifest entry) a thousandth of a 1 MiB partition's per byte.
+    Worker memory no longer sets the bound: phase 1 and 2 stream a partition a row group at a
+    time (``pipeline.shards.ShardWriter``), and hold the finished shard's bytes once.
     It must not depend on the number of workers: partitions are shards, and a dataset is
-    the same whatever the cluster.
+    the same whatever the cluster (a cluster with more threads than ``total / 1 GiB`` wants a
+    smaller ``--partition-bytes``).
     """
     return min(AUTO_MAX_BYTES, max(AUTO_MIN_BYTES, math.ceil(total_bytes / AUTO_PARTITIONS)))
 

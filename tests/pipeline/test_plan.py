@@ -98,7 +98,7 @@ def test_every_paragraph_lands_in_exactly_one_range(lines: list[str], target: in
     assert all(t.strip() for t in whole)
 
 
-@given(st.integers(min_value=0, max_value=1 << 42))
+@given(st.integers(min_value=0, max_value=1 << 50))
 def test_auto_partition_size_is_bounded_and_gives_enough_partitions(total: int) -> None:
     size = auto_partition_bytes(total)
     assert AUTO_MIN_BYTES <= size <= AUTO_MAX_BYTES
@@ -107,6 +107,21 @@ def test_auto_partition_size_is_bounded_and_gives_enough_partitions(total: int) 
         assert parts == AUTO_PARTITIONS  # enough tasks to keep every worker busy to the end
     elif total > AUTO_MAX_BYTES * AUTO_PARTITIONS:
         assert parts > AUTO_PARTITIONS
+
+
+@given(st.integers(min_value=0, max_value=1 << 50), st.integers(min_value=0, max_value=1 << 50))
+def test_auto_partition_size_grows_with_the_input(a: int, b: int) -> None:
+    lo, hi = sorted((a, b))
+    assert auto_partition_bytes(lo) <= auto_partition_bytes(hi)
+    assert auto_partition_bytes(hi) == AUTO_MAX_BYTES or hi < AUTO_MAX_BYTES * AUTO_PARTITIONS
+
+
+def test_auto_partition_size_bounds_and_the_demo_corpus() -> None:
+    assert AUTO_MIN_BYTES == 1 << 20 and AUTO_MAX_BYTES == 1 << 30
+    assert auto_partition_bytes(0) == AUTO_MIN_BYTES
+    assert auto_partition_bytes(9_562_119) == AUTO_MIN_BYTES  # Shakespeare: as before
+    assert auto_partition_bytes(64 << 30) == 1 << 30
+    assert auto_partition_bytes(50 << 40) == 1 << 30  # 50 TiB: 51,200 partitions of 1 GiB
 
 
 @given(st.integers(0, 20_000), st.integers(1, 2_000))
