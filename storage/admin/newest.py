@@ -38,6 +38,7 @@ from storage.format.manifest import Manifest, ManifestError
 from storage.io.degraded import Marker, all_markers
 from storage.io.index_store import objects_of, shards_of
 from storage.io.replicas import Replica, ReplicaSet
+from storage.io.retry import TIMEOUT, classify
 
 
 @dataclass
@@ -145,6 +146,9 @@ def choose(store: ReplicaSet) -> Choice:
                 c.records[replica.index] = v
         except Exception as exc:
             view.listed, view.list_error = False, f"{type(exc).__name__}: {exc}"[:200]
+            if classify(exc) == TIMEOUT:  # hung: asking it again only adds another timeout
+                view.live_error = view.list_error
+                continue
         try:
             data = read_small(replica.loc, MANIFEST)
         except FileNotFoundError:
@@ -156,7 +160,8 @@ def choose(store: ReplicaSet) -> Choice:
         view.live_tag = _tag(data)
         c = by_tag.setdefault(view.live_tag, Candidate(view.live_tag, None))
         c.live_on.append(replica.index)
-    markers, _errors = all_markers(store)
+    hung = frozenset(v.replica.index for v in views if not v.listed and v.live_error)
+    markers, _errors = all_markers(store, hung)
     for m in markers:
         if m.path == MANIFEST and m.sha256[:NAME_HASH] in by_tag:
             by_tag[m.sha256[:NAME_HASH]].marked = True

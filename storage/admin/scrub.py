@@ -34,7 +34,7 @@ from storage.format.manifest import DatasetNotFoundError, Manifest, ShardInfo
 from storage.io.atomic import write_atomic
 from storage.io.degraded import Marker
 from storage.io.index_store import shards_of
-from storage.io.replicas import Replica, ReplicaSet
+from storage.io.replicas import Replica, ReplicaError, ReplicaSet
 from storage.io.urls import display_url
 
 
@@ -203,6 +203,13 @@ def _verify(store: ReplicaSet, choice: Choice) -> ScrubReport:
         raise DatasetNotFoundError(
             f"no dataset at {display_url(store.url)}: {MANIFEST} is missing and no version is "
             "recorded on any replica")
+    blind = [v for v in choice.views
+             if not v.listed or (v.live_error and v.live_error != "missing")]
+    if not choice.candidates and blind:
+        # Nothing could be read to decide on: that is a store failure (one error line, rc 2),
+        # not a dataset found damaged.
+        raise ReplicaError("cannot read the dataset on any replica: " + "; ".join(
+            f"{v.replica.name}: {v.list_error or v.live_error}" for v in blind))
     report = ScrubReport(objects=0, replicas=len(store.replicas))
     for c in choice.newer_invalid:
         where = (", ".join(store.replicas[i].name for i in c.live_on) or

@@ -121,6 +121,12 @@ def check_object(loc: Location, path: str, size: int, sha256: str,
             keep = bytearray() if encoding and g.length <= DECODE_LIMIT else None
             pieces.append(_Piece(g.offset, g.offset + g.length, want, f"row group {i}",
                                  _hasher(algorithm), keep, i))
+        if pieces and not (shard.footer_length and shard.footer_sha256):
+            # Row groups located but not the footer: the loader refuses such a shard (it
+            # decodes the footer it fetched and checked, never one it finds), so must verify.
+            return Finding("corrupt", "no footer location recorded (footer_length "
+                                      f"{shard.footer_length}): the loader cannot read this "
+                                      "shard; rebuild the dataset")
         if shard.footer_length and shard.footer_sha256:
             if shard.footer_length > size:
                 return Finding("corrupt", f"footer_length {shard.footer_length:,} exceeds the "

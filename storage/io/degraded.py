@@ -120,12 +120,16 @@ def read_markers(loc: Location) -> list[Marker]:
     return out
 
 
-def all_markers(store: ReplicaSet) -> tuple[list[Marker], list[str]]:
+def all_markers(store: ReplicaSet, skip: frozenset[int] = frozenset()
+                ) -> tuple[list[Marker], list[str]]:
     """Markers on every replica that can be listed (deduplicated by marker name), and one
-    line per replica that could not be."""
+    line per replica that could not be. ``skip``: replicas (by index) known not to answer,
+    which would only cost another timeout each."""
     seen: dict[str, Marker] = {}
     errors = []
     for replica in store.replicas:
+        if replica.index in skip:
+            continue
         try:
             for m in read_markers(replica.loc):
                 seen.setdefault(m.name, m)
