@@ -106,6 +106,21 @@ def test_crafted_out_of_range_values_fail_with_one_line_naming_the_field(
         assert name in out.stdout and "Traceback" not in out.stderr, (name, out.stdout)
 
 
+def test_a_shard_with_no_footer_location_fails_verify_as_the_loader_refuses_it(
+        small: Path, tmp_path: Path) -> None:
+    """footer_length 0 means "not recorded": the loader cannot check the footer, so it
+    refuses the shard; verify used to pass it (found by the agreement property test)."""
+    ds = tmp_path / "nofooter"
+    shutil.copytree(small, ds)
+    craft(ds, {"footer_length": {0: 0}}, {}, True)
+    with pytest.raises(OURS):
+        _samples(ds)
+    out = subprocess.run([sys.executable, "-m", "storage", "verify", str(ds)], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, (out.stdout, out.stderr)
+    assert "footer_length 0" in out.stdout and "Traceback" not in out.stderr
+
+
 FIELDS = {"tokens": (0, 1, 2**32 - 1), "first_group": (0, 1, 2, 2**63),
           "offset": (0, 4, 2**40), "length": (0, 1, 2**31), "path_end": (0, 1, 2**40),
           "shard_bytes": (0, 100, 2**40), "footer_length": (0, 8, 2**40),
