@@ -227,8 +227,8 @@ def make_app(name: str, help: str, component: str, **kwargs: Any) -> App:
 class ReplicaFlags:
     """The flags that name a replicated dataset (every command that reads or writes one)."""
 
-    replica: Annotated[list[str], Parameter(negative="", metavar="URL")] = field(
-        default_factory=list, metadata={
+    replica: Annotated[list[str], Parameter(
+        negative="", metavar="URL", show_default=False)] = field(default_factory=list, metadata={
             "help": "another copy of the dataset (repeatable); reads fail over to it"})
     replica_config: Annotated[str | None, Parameter(metavar="FILE")] = field(
         default=None, metadata={
@@ -272,6 +272,11 @@ ConfigFlag = Annotated[str | None, Parameter(name="--config", metavar="FILE")]
 def parse(app: App, argv: Sequence[str]) -> tuple[Callable[..., Any], Any]:
     """(command, bound arguments) for ``argv``; a usage error, a bad value or a bad
     ``--config`` file prints one ``error: ...`` line and exits 2, like argparse did."""
+    commands = sorted(name for name in app if not name.startswith("-"))
+    if not argv and app.default_command is None and commands:
+        print(f"error: a command is required: one of {', '.join(commands)} (see --help)",
+              file=sys.stderr)
+        raise SystemExit(2)
     try:
         command, bound, _ = app.parse_args(list(argv), exit_on_error=False, print_error=False)
     except CycloptsError as exc:

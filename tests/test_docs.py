@@ -73,15 +73,16 @@ def commands() -> dict[tuple[str, str | None], set[str]]:
     """(module, subcommand) -> the option strings its parser accepts."""
     from loopback_s3.__main__ import _parser as testing_parser
     from pipeline.cli import app as pipeline_app
-    from storage.admin.cli import build_parser as storage_parser
+    from storage.admin.cli import app as storage_app
     from trainer.config import app as trainer_app
 
     out: dict[tuple[str, str | None], set[str]] = {}
-    for module, parser in (("storage", storage_parser()), ("loopback_s3", testing_parser())):
+    for module, parser in (("loopback_s3", testing_parser()),):
         out[(module, None)] = _options(parser)
         for name, sub in _subcommands(parser).items():
             out[(module, name)] = _options(sub)
-    for module, app in (("pipeline", pipeline_app), ("trainer", trainer_app)):
+    for module, app in (("pipeline", pipeline_app), ("storage", storage_app),
+                        ("trainer", trainer_app)):
         for name, options in _app_commands(app).items():
             out[(module, name)] = options
     out[("trainer", "plot")] = _options(_plot_parser())
@@ -129,6 +130,8 @@ def test_the_introspection_can_fail(commands) -> None:
     assert "--no-fix-mojibake" in commands[("pipeline", "run")]
     assert "-o" in commands[("pipeline", "run")] and "--json" in commands[("pipeline", "inspect")]
     assert "--checkpoint-dir" in commands[("trainer", None)]
+    assert {"--keep", "--min-age", "--dry-run", "-q", "--wait"} <= commands[("storage", "gc")]
+    assert "--no-dry-run" not in commands[("storage", "gc")]
     assert "--no-compile" not in commands[("trainer", None)]
     assert "--empty-inputs" not in commands[("pipeline", "run")]  # not a flag (parse=False)
     assert not any("--no-such-flag" in flags for flags in commands.values())

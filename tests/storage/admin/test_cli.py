@@ -3,7 +3,6 @@ the environment, so secrets stay out of the process list."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -15,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from storage import ReplicaSet, commit
-from storage.admin.cli import STORAGE_OPTIONS_ENV, build_parser, json_object
+from storage.admin.cli import app
+from storage.config import STORAGE_OPTIONS_ENV, OptionsError, ReplicaFlags, json_object, parse
 from storage.io.listing import list_tree
 from tests.storage.admin.test_versions import write_version
 
@@ -27,6 +27,12 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     base = {k: v for k, v in os.environ.items() if k != STORAGE_OPTIONS_ENV}
     return subprocess.run([sys.executable, "-m", "storage", *args], capture_output=True,
                           text=True, timeout=120, cwd=REPO, env={**base, **(env or {})})
+
+
+def _options(*argv: str) -> dict[str, object]:
+    """The storage options ``python -m storage ARGV`` would use."""
+    _, bound = parse(app, list(argv))
+    return bound.arguments.get("where", ReplicaFlags()).options
 
 
 def _two_versions(store: ReplicaSet) -> None:
@@ -44,14 +50,13 @@ def test_storage_options_inline_from_a_file_or_from_the_environment(
     assert json_object(json.dumps(opts)) == opts
     assert json_object(f"@{f}") == opts
     monkeypatch.delenv(STORAGE_OPTIONS_ENV, raising=False)
-    assert build_parser().parse_args(["verify", "x"]).storage_options == {}
+    assert _options("verify", "x") == {}
     monkeypatch.setenv(STORAGE_OPTIONS_ENV, f"@{f}")
-    assert build_parser().parse_args(["verify", "x"]).storage_options == opts
+    assert _options("verify", "x") == opts
     monkeypatch.setenv(STORAGE_OPTIONS_ENV, json.dumps({"anon": True}))
-    assert build_parser().parse_args(["verify", "x"]).storage_options == {"anon": True}
+    assert _options("verify", "x") == {"anon": True}
     # the flag wins over the environment
-    got = build_parser().parse_args(["verify", "x", "--storage-options", f"@{f}"])
-    assert got.storage_options == opts
+    assert _options("verify", "x", "--storage-options", f"@{f}") == opts
 
 
 @pytest.mark.parametrize("content, message", [
@@ -65,7 +70,7 @@ def test_a_bad_options_file_is_named_and_its_content_never_shown(
     f = tmp_path / "opts.json"
     if content is not None:
         f.write_text(content)
-    with pytest.raises(argparse.ArgumentTypeError) as caught:
+    with pytest.raises(OptionsError) as caught:
         json_object(f"@{f}")
     assert message.format(f=f) in str(caught.value)
     assert SECRET not in str(caught.value)
@@ -161,3 +166,38 @@ def test_gc_on_s3_with_options_from_a_file(s3_bucket, tmp_path: Path) -> None:  
     assert "removed 1 version record(s), 2 object(s)" in out.stdout
     assert secret not in out.stdout + out.stderr
     assert _cli("verify", url, "--storage-options", f"@{opts}").returncode == 0
+
+
+# -- the shared configuration mechanism (storage/config.py) ---------------------------------
+
+@pytest.mark.parametrize("argv", [[], ["frobnicate"], ["gc", "x"], ["gc", "x", "--keep", "two"],
+                                  ["gc", "x", "--keep", "1", "--no-dry-run"],
+                                  ["verify", "x", "--wait"], ["verify", "x", "--no-such-flag"]])
+def test_usage_errors_are_one_line_with_rc_2(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from storage.admin.cli import main
+
+    with pytest.raises(SystemExit) as caught:
+        main(argv)
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+
+
+def test_gc_flags_from_a_config_file_and_the_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for suffix, text in ((".toml", 'keep = 2\nmin-age = 5\nquiet = true\nreplica = ["r2"]\n'),
+                         (".yaml", "keep: 2\nmin_age: 5\nquiet: true\nreplica: [r2]\n"),
+                         (".json", '{"keep": 2, "min-age": 5, "quiet": true, "replica": ["r2"]}')):
+        path = tmp_path / f"gc{suffix}"
+        path.write_text(text)
+        monkeypatch.setenv("SHARDFLOW_STORAGE_MIN_AGE", "7")
+        monkeypatch.setenv("SHARDFLOW_STORAGE_KEEP", "9")
+        _, bound = parse(app, ["gc", "x"])
+        assert (bound.arguments["keep"], bound.arguments["min_age"]) == (9, 7.0)
+        _, bound = parse(app, ["gc", "x", "--config", str(path)])
+        got = bound.arguments
+        assert (got["keep"], got["min_age"], got["quiet"]) == (2, 5.0, True)
+        assert got["where"].replica == ["r2"]
+        _, bound = parse(app, ["gc", "x", "--config", str(path), "--keep", "3"])
+        assert bound.arguments["keep"] == 3

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from storage import ReplicaSet, resolve, write_atomic
-from storage.admin.cli import STORAGE_OPTIONS_ENV
+from storage.config import STORAGE_OPTIONS_ENV
 from storage.format.layout import UnsafePathError
 from storage.io.local_paths import UnsafeSymlinkError
 
