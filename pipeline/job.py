@@ -14,13 +14,14 @@ never touches what that dataset's manifest names: until the swap readers see the
 complete, and a reader that opened it finishes on it; a killed rebuild leaves it as it was. A
 rerun after a crash redoes only what has no marker, and produces the same bytes.
 
-Memory: a worker runs one task at a time and holds at most ``B0 + C + k x partition_bytes``
-in phase 1 or 2 (B0 the idle worker, ~190 MiB with GPT-2; C ~64 MiB for the read block and one
-encode batch; k ~3-5: ~9 bytes per token and ~270 per document of the partition), or B0 plus
+Memory: a worker runs one task at a time and holds at most ``B0 + C + shard bytes`` in phase
+1 or 2 (B0 the idle worker, ~250 MiB with GPT-2; C ~64 MiB for the read block, one encode batch
+and one row group: a partition is streamed a row group at a time, ``shards.ShardWriter``; the
+finished shard's compressed bytes, ~0.4 x partition_bytes, once for the put), or B0 plus
 one dedup bucket or key group (~100 bytes x ``shuffle.TASK_KEYS`` keys; more beyond 2 Gi keys,
 see ``shuffle.sizes``) during the shuffle, whatever the input size. Only counts and small
-results reach the driver. Details and exceptions (unsplittable compressed and CSV files):
-README, "Worker memory"; checked by tests/pipeline/test_memory.py.
+results reach the driver. Details and exceptions: docs/design.md, "Worker memory"; checked by
+tests/pipeline/test_memory.py.
 """
 
 from __future__ import annotations
