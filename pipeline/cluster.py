@@ -6,7 +6,9 @@ tokenizer's own threads in each worker (HF's rayon pool, ``fastokens``' fan-out 
 cluster, start workers with ``--nthreads 1`` and ``RAYON_NUM_THREADS`` and
 ``FASTOKENS_BPE_THREADS`` set the same way, and give their nannies a Dask
 config whose ``distributed.nanny.pre-spawn-environ`` lacks ``MALLOC_TRIM_THRESHOLD_``
-(:data:`NANNY_PRE_SPAWN_ENVIRON` says why).
+(:data:`NANNY_PRE_SPAWN_ENVIRON` says why); give the scheduler a worker-ttl of 20 s
+(``DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL=20s``, :data:`LIVENESS`), or a hung worker stalls
+the run for Dask's default 5 min.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Iterator
 import dask
 from distributed import Client, LocalCluster
 
+from pipeline.worker_checks import WORKER_TTL
 from pipeline.worker_setup import ImportGuard
 
 
@@ -69,6 +72,10 @@ QUIET_HOUSEKEEPING = {
     "distributed.nanny.pre-spawn-environ": NANNY_PRE_SPAWN_ENVIRON,
 }
 
+#: A hung worker (SIGSTOP, a stuck read) keeps its sockets open: its scheduler drops it after
+#: this long without a heartbeat instead of Dask's 5 min (see :mod:`pipeline.worker_checks`).
+LIVENESS = {"distributed.scheduler.worker-ttl": WORKER_TTL}
+
 
 @contextlib.contextmanager
 def dask_client(n_workers: int, scheduler: str | None = None,
@@ -89,7 +96,7 @@ def dask_client(n_workers: int, scheduler: str | None = None,
         return
     logging.getLogger("distributed").setLevel(logging.WARNING)
     start = max(adapt[0], 1) if adapt else n_workers
-    with dask.config.set(QUIET_HOUSEKEEPING), \
+    with dask.config.set({**QUIET_HOUSEKEEPING, **LIVENESS}), \
             LocalCluster(n_workers=start, threads_per_worker=1, processes=True,
                          host="127.0.0.1", dashboard_address=dashboard_address,
                          worker_dashboard_address=None, env=worker_env(tokenizer_threads),

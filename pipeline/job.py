@@ -56,6 +56,7 @@ from pipeline.stages import (
     sample_texts,
 )
 from pipeline.window import TaskWindow
+from pipeline.worker_checks import check_not_all_unreadable, probe_inputs, watch
 from storage import (
     Manifest,
     ReplicaSet,
@@ -334,6 +335,8 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: Lease, log: TextIO,
         dashboard = client.dashboard_link
         n = len(client.scheduler_info(n_workers=-1).get("workers", {}))
         print(f"dask: {n} workers, dashboard {dashboard}", file=log)
+        watch(client, log, external=bool(cfg.scheduler))  # a line per hung or lost worker
+        probe_inputs(client, [f.url for f in files], cfg.storage_options)  # before any write
         window = TaskWindow(client)
         tok = (loading.result() if loading else
                _train_tokenizer(client, cfg, parts, vocab, window))
@@ -341,6 +344,7 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: Lease, log: TextIO,
         store.put(tokenizer_name(tok.sha256), tok.json.encode("utf-8"))
         bar = ProgressBar(2 * len(parts), label="tasks", enabled=progress, stream=log)
         ones, twos, resumed = _execute(client, cfg, store, tok, parts, bar, max(1, n), window)
+    check_not_all_unreadable(ones, store)  # never commit a dataset of unreadable inputs
 
     listed = build_manifest(cfg, tok, ones, twos)
     # The row-group index goes before the swap (content-addressed: a rerun rewrites the same
