@@ -336,7 +336,7 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: Lease, log: TextIO,
         n = len(client.scheduler_info(n_workers=-1).get("workers", {}))
         print(f"dask: {n} workers, dashboard {dashboard}", file=log)
         watch(client, log, external=bool(cfg.scheduler))  # a line per hung or lost worker
-        probe_inputs(client, [f.url for f in files], cfg.storage_options)  # before any write
+        probe_inputs(client, [f.url for f in files], cfg.storage_options, log)  # before writes
         window = TaskWindow(client)
         tok = (loading.result() if loading else
                _train_tokenizer(client, cfg, parts, vocab, window))

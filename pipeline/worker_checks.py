@@ -45,6 +45,9 @@ MAX_TTL_S = 60.0
 PROBE_FOLDERS = 32
 #: ... and this many other inputs picked at random (seeded: the same inputs, the same sample)
 PROBE_RANDOM = 4
+#: a probe that has not answered by then (a hung worker, a hung store) is given up with a
+#: warning: it cannot tell, and the net before the commit remains
+PROBE_TIMEOUT_S = 120.0
 
 
 class UnreadableInputError(InputError):
@@ -148,7 +151,8 @@ def can_read(urls: list[str], options: Any) -> tuple[str, str, str] | None:
 
 
 def probe_inputs(client: Client, urls: Sequence[str],
-                 storage_options: dict[str, Any] | None) -> int:
+                 storage_options: dict[str, Any] | None, log: TextIO | None = None,
+                 timeout_s: float = PROBE_TIMEOUT_S) -> int:
     """Every worker opens :func:`probe_sample` of the inputs; the first that cannot stops the
     run (:class:`UnreadableInputError`, one line naming input and worker). Returns the number
     of inputs probed. A worker that leaves meanwhile is not an error (it runs nothing)."""
@@ -157,7 +161,14 @@ def probe_inputs(client: Client, urls: Sequence[str],
     sample = probe_sample(list(urls))
     if not sample:
         return 0
-    answers = client.run(can_read, sample, HiddenOptions(storage_options), on_error="return")
+    try:  # callback_timeout bounds the wait (Client.sync's, not passed to can_read)
+        answers = client.run(can_read, sample, HiddenOptions(storage_options),
+                             on_error="return", callback_timeout=timeout_s)
+    except TimeoutError:
+        if log is not None:
+            _say(log, f"shardflow: warning: the workers did not finish opening {len(sample)} "
+                 f"inputs within {timeout_s:.0f} s; going on without the probe's answer")
+        return 0
     for worker in sorted(answers):
         found = answers[worker]
         if isinstance(found, tuple) and len(found) == 3:

@@ -7,7 +7,9 @@ processes, the loopback S3 server. Each result is compared byte for byte with a 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import io
 import json
 import shutil
 import signal
@@ -25,6 +27,7 @@ from pipeline.work import PhaseOne
 from pipeline.worker_checks import (
     UnreadableInputError,
     check_not_all_unreadable,
+    probe_inputs,
     probe_sample,
 )
 from storage import read_manifest, resolve, shards_of
@@ -281,6 +284,33 @@ def test_probe_sample_is_bounded_and_covers_every_folder() -> None:
     assert probe_sample(urls) == sample  # seeded: the same inputs, the same sample
     assert probe_sample(["/a/x.txt"]) == ["/a/x.txt"]
     assert probe_sample([]) == []
+
+
+async def _silent(*args: object) -> None:
+    await asyncio.sleep(30)
+
+
+def test_probe_names_the_input_and_gives_up_on_silence(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from distributed import Client, LocalCluster
+
+    import pipeline.worker_checks as checks
+
+    there = tmp_path / "there.jsonl"
+    there.write_text("{}\n")
+    gone = tmp_path / "gone.jsonl"
+    log = io.StringIO()
+    with LocalCluster(n_workers=2, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        assert probe_inputs(client, [str(there)], None, log) == 1
+        with pytest.raises(UnreadableInputError) as err:
+            probe_inputs(client, [str(there), str(gone)], None, log)
+        assert str(err.value).startswith(f"{gone}: worker inproc://") and "\n" not in str(err.value)
+        monkeypatch.setattr(checks, "can_read", _silent)
+        started = time.monotonic()
+        assert probe_inputs(client, [str(there)], None, log, timeout_s=1) == 0
+        assert time.monotonic() - started < 10
+    assert log.getvalue().count("\n") == 1 and "within 1 s" in log.getvalue()
 
 
 # -- a separate cluster, nothing shared but S3 -----------------------------------------------
