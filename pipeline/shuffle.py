@@ -16,6 +16,17 @@ row counts):
    returns each partition's count: the driver has a :class:`DropRange` per partition.
 4. ``pick`` (in phase 2, per partition with drops) reads its range of that file.
 
+With near-dup (MinHash LSH band keys), step 2 decides only exact duplicates; for band keys it
+writes edges (every document sharing a key, to the smallest one sharing it) ordered by *node
+bucket* (:func:`pipeline.dedup.components.bucket_of`). The connected components of those
+edges are then found across buckets (:mod:`pipeline.dedup.components`): ``cc_step`` (per node
+bucket, a few rounds until two steps in a row change nothing) reads its range of every
+bucket's edges of the previous step, applies Large-Star or Small-Star and writes its edges
+for the next step by bucket, returning a count per bucket; ``near_drops`` (per node bucket)
+writes the members of each component but its smallest, by partition, for ``gather_drops``.
+Each step holds one bucket's edges (at most as many as its band keys), the driver a bucket x
+bucket matrix of counts.
+
 Why groups, not partitions: one file per partition makes every bucket read one range per
 partition and the driver hold partition x bucket matrices. At 3 M partitions (50 TB of text
 in 16 MiB partitions) and 512 buckets that is 1.5 G ranged reads per step and two 12 GB
@@ -35,7 +46,8 @@ from typing import Any
 import numpy as np
 
 from pipeline import work
-from pipeline.dedup import DROP, ENTRY, merge_drops, resolve
+from pipeline.dedup import DROP, ENTRY, KIND_NEAR, merge_drops, resolve
+from pipeline.dedup import components as cc
 from pipeline.plan import close_at_target
 from storage import ReplicaSet
 
@@ -78,6 +90,15 @@ def keys_path(run_key: str, lo: int, hi: int, buckets: int) -> str:
 
 def drops_path(run_key: str, bucket: int) -> str:
     return f"{work.WORK_DIR}/p2/{run_key}/drops-{bucket:05d}.bin"
+
+
+def edges_path(run_key: str, step: int, bucket: int) -> str:
+    """Node bucket ``bucket``'s output of components step ``step - 1`` (0: the resolve's)."""
+    return f"{work.WORK_DIR}/p2/{run_key}/edges-{step:03d}-{bucket:05d}.bin"
+
+
+def near_drops_path(run_key: str, bucket: int) -> str:
+    return f"{work.WORK_DIR}/p2/{run_key}/near-drops-{bucket:05d}.bin"
 
 
 def group_drops_path(run_key: str, lo: int, hi: int) -> str:
@@ -134,24 +155,102 @@ def bucket_keys(store: ReplicaSet, run_key: str, keys: list[str], lo: int,
 
 
 def resolve_bucket(store: ReplicaSet, run_key: str, bucket: int, buckets: int,
-                   groups: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+                   groups: np.ndarray, starts: np.ndarray,
+                   counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Resolve one bucket: ``counts[g]`` keys from ``starts[g]`` in group ``g``'s file.
 
     ``groups``: ``[[lo, hi], ...]``, the key groups. Returns how many documents of each group
-    this bucket condemns; the drops themselves are stored, ordered by partition, for
-    :func:`gather_drops`.
+    this bucket condemns as exact duplicates (the drops themselves are stored, ordered by
+    partition, for :func:`gather_drops`), and how many near-dup edges it wrote for each node
+    bucket (:func:`cc_step`'s first input; all 0 without band keys).
     """
     scratch = work.work_store(store)
     entries = _read_ranges(scratch, [(keys_path(run_key, int(lo), int(hi), buckets), int(s),
                                       int(s + n))
                                      for (lo, hi), s, n in zip(groups, starts, counts,
                                                                strict=True)], ENTRY)
+    near = entries["kind"] == KIND_NEAR
+    edges = np.zeros(buckets, dtype=np.int64)
+    if near.any():
+        # band keys connect documents (components, below); only exact keys condemn here
+        records, edges = cc.route(*cc.star_edges(entries[near]), 0, buckets)
+        entries = entries[~near]
+        if len(records):
+            scratch.put(edges_path(run_key, 0, bucket), records.tobytes())
+        del records
     drops = resolve(entries)  # sorted by (part, pos)
     del entries
     if len(drops):
         scratch.put(drops_path(run_key, bucket), drops.tobytes())
+    return _per_group(drops, groups), edges
+
+
+def _per_group(drops: np.ndarray, groups: np.ndarray) -> np.ndarray:
     group = np.searchsorted(np.asarray(groups)[:, 1], drops["part"], side="right")
     return np.bincount(group, minlength=len(groups)).astype(np.int64)
+
+
+def _read_edges(scratch: ReplicaSet, run_key: str, step: int, starts: np.ndarray,
+                counts: np.ndarray) -> np.ndarray:
+    return _read_ranges(scratch, [(edges_path(run_key, step, int(b)), int(s), int(s + n))
+                                  for b, (s, n) in enumerate(zip(starts, counts, strict=True))],
+                        cc.EDGE)
+
+
+def cc_step(store: ReplicaSet, run_key: str, step: int, bucket: int, buckets: int,
+            starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, int]:
+    """Components step ``step`` (:func:`pipeline.dedup.components.step`) on node bucket
+    ``bucket``: ``counts[b]`` edges from ``starts[b]`` of bucket ``b``'s output of the previous
+    step. Writes its output for step ``step + 1``; returns how many edges went to each bucket
+    and how many nodes changed."""
+    scratch = work.work_store(store)
+    records = _read_edges(scratch, run_key, step, starts, counts)
+    a, b, changed = cc.step(records, step)
+    del records
+    out, per_bucket = cc.route(a, b, step + 1, buckets)
+    if len(out):
+        scratch.put(edges_path(run_key, step + 1, bucket), out.tobytes())
+    return per_bucket, changed
+
+
+def near_drops(store: ReplicaSet, run_key: str, step: int, bucket: int, groups: np.ndarray,
+               starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Node bucket ``bucket``'s near-duplicates once the components are stars (the output of
+    step ``step - 1`` is its fixpoint): every member but the smallest, stored ordered by
+    partition; returns how many of each group."""
+    scratch = work.work_store(store)
+    node = cc.leaves(_read_edges(scratch, run_key, step, starts, counts))
+    drops = np.zeros(len(node), dtype=DROP)
+    drops["part"], drops["pos"] = cc.where(node)
+    drops["kind"] = KIND_NEAR
+    if len(drops):
+        scratch.put(near_drops_path(run_key, bucket), drops.tobytes())
+    return _per_group(drops, groups)
+
+
+#: components steps before :func:`components` gives up (they take O(log² n); a few in practice)
+MAX_STEPS = 200
+
+
+def components(tasks: Mapper, store: ReplicaSet, run_key: str, buckets: int,
+               edges: np.ndarray) -> tuple[int, np.ndarray, int]:
+    """Components steps from the resolve's edges (``edges``: its bucket x node bucket counts)
+    until two steps in a row change nothing; returns the step whose input is the fixpoint, its
+    bucket x bucket counts, and the ranged reads of the steps."""
+    per_edge, step, still, reads = edges, 0, 0, 0
+    while True:
+        if step >= MAX_STEPS:
+            raise RuntimeError(f"near-dup components did not converge in {MAX_STEPS} steps")
+        starts = starts_of(per_edge, axis=1)
+        reads += int(np.count_nonzero(per_edge))
+        done = tasks(f"components-{step}", cc_step,
+                     [(store, run_key, step, b, buckets, starts[:, b], per_edge[:, b])
+                      for b in range(buckets)])
+        per_edge = np.stack([d[0] for d in done])
+        step += 1
+        still = still + 1 if sum(d[1] for d in done) == 0 else 0
+        if still >= 2 or not per_edge.any():
+            return step, per_edge, reads
 
 
 def group_ranges(per_drop: np.ndarray, first: np.ndarray, group: int) -> np.ndarray:
@@ -164,13 +263,18 @@ def group_ranges(per_drop: np.ndarray, first: np.ndarray, group: int) -> np.ndar
     return np.stack([bs, first[bs, group], first[bs, group] + per_drop[bs, group]], axis=1)
 
 
-def gather_drops(store: ReplicaSet, run_key: str, lo: int, hi: int,
-                 ranges: np.ndarray) -> np.ndarray:
-    """Group ``[lo, hi)``'s drops from every bucket (``ranges``: :func:`group_ranges`), one row
-    per document, into one file ordered by partition; returns each partition's count."""
+def gather_drops(store: ReplicaSet, run_key: str, lo: int, hi: int, ranges: np.ndarray,
+                 near_ranges: np.ndarray | None = None) -> np.ndarray:
+    """Group ``[lo, hi)``'s drops from every bucket (``ranges``: :func:`group_ranges`; with
+    near-dup, ``near_ranges`` the same for :func:`near_drops`' files), one row per document
+    (its strongest reason), into one file ordered by partition; returns each partition's
+    count."""
     scratch = work.work_store(store)
-    drops = merge_drops(_read_ranges(scratch, [(drops_path(run_key, int(b)), int(first),
-                                                int(end)) for b, first, end in ranges], DROP))
+    wanted = [(drops_path(run_key, int(b)), int(first), int(end)) for b, first, end in ranges]
+    if near_ranges is not None:
+        wanted += [(near_drops_path(run_key, int(b)), int(first), int(end))
+                   for b, first, end in near_ranges]
+    drops = merge_drops(_read_ranges(scratch, wanted, DROP))
     scratch.put(group_drops_path(run_key, lo, hi), drops.tobytes())
     return np.bincount(drops["part"] - lo, minlength=hi - lo).astype(np.int64)
 
@@ -206,8 +310,11 @@ class Shuffled:
     groups: int
     #: ranged reads of the resolve and gather steps (one per nonempty group x bucket range)
     ranged_reads: int
-    #: the count matrices the driver held (group x bucket, bucket x group)
+    #: the count matrices the driver held (group x bucket, bucket x group; with near-dup
+    #: also bucket x bucket ones)
     driver_bytes: int
+    #: near-dup components steps run (0 without band keys)
+    components_steps: int = 0
 
 
 def run(tasks: Mapper, store: ReplicaSet, run_key: str, keys: list[str],
@@ -227,20 +334,36 @@ def run(tasks: Mapper, store: ReplicaSet, run_key: str, keys: list[str],
                              [(store, run_key, keys[lo:hi], lo, buckets) for lo, hi in groups]))
     bounds = np.array(groups, dtype=np.int64).reshape(-1, 2)
     starts = starts_of(per_key, axis=1)
-    per_drop = np.stack(tasks("bucket", resolve_bucket,
-                              [(store, run_key, b, buckets, bounds, starts[:, b], per_key[:, b])
-                               for b in range(buckets)]))
+    resolved = tasks("bucket", resolve_bucket,
+                     [(store, run_key, b, buckets, bounds, starts[:, b], per_key[:, b])
+                      for b in range(buckets)])
+    per_drop = np.stack([r[0] for r in resolved])
+    edges = np.stack([r[1] for r in resolved])
+    del resolved
     first = starts_of(per_drop, axis=1)
-    with_drops = [int(g) for g in np.flatnonzero(per_drop.sum(axis=0))]
+    per_near, first_near = np.zeros_like(per_drop), np.zeros_like(per_drop)
+    steps = cc_reads = 0
+    if edges.any():  # near-dup: components of the band-key graph, across buckets
+        steps, per_edge, cc_reads = components(tasks, store, run_key, buckets, edges)
+        cc_reads += int(np.count_nonzero(per_edge))
+        starts_e = starts_of(per_edge, axis=1)
+        per_near = np.stack(tasks("near-drops", near_drops,
+                                  [(store, run_key, steps, b, bounds, starts_e[:, b],
+                                    per_edge[:, b]) for b in range(buckets)]))
+        first_near = starts_of(per_near, axis=1)
+        cc_reads += int(np.count_nonzero(per_near))
+    with_drops = [int(g) for g in np.flatnonzero(per_drop.sum(axis=0) + per_near.sum(axis=0))]
     counts = tasks("drops-of", gather_drops,
                    [(store, run_key, *groups[g], group_ranges(per_drop, first, g))
+                    + ((group_ranges(per_near, first_near, g),) if steps else ())
                     for g in with_drops])
     out: dict[int, DropRange] = {}
     for g, c in zip(with_drops, counts, strict=True):
         out.update(drop_ranges(run_key, groups[g][0], c))
     return Shuffled(out, buckets, len(groups),
-                    int(np.count_nonzero(per_key) + np.count_nonzero(per_drop)),
-                    per_key.nbytes + per_drop.nbytes)
+                    int(np.count_nonzero(per_key) + np.count_nonzero(per_drop)) + cc_reads,
+                    per_key.nbytes + per_drop.nbytes + 2 * per_near.nbytes
+                    + (edges.nbytes if steps else 0), steps)
 
 
 def in_process(name: str, fn: Callable[..., Any], args: list[tuple[Any, ...]]) -> list[Any]:

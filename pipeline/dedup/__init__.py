@@ -2,9 +2,11 @@
 
 Exact dedup keys a document by a 128-bit hash of its cleaned text; near-dup (MinHash LSH)
 adds one key per band of its MinHash signature. Keys are shuffled into buckets by hash on the
-Dask workers (see ``pipeline.shuffle``); in each bucket, among the documents that share a
-key, the one with the smallest ``(partition, position)`` survives — a rule that names the same
-survivor whatever the number of workers, buckets or retries.
+Dask workers (see ``pipeline.shuffle``); in each bucket, among the documents that share an
+exact key, the one with the smallest ``(partition, position)`` survives. Band keys connect
+documents instead: of each connected component of documents linked by shared bands (chains
+included, ``pipeline.dedup.components``), the smallest ``(partition, position)`` survives.
+Both rules name the same survivors whatever the partitioning, workers, buckets or retries.
 """
 
 from pipeline.dedup.keys import ENTRY, KIND_EXACT, KIND_NEAR, MinHasher, content_key, entries

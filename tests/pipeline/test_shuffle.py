@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline import shuffle, work
-from pipeline.dedup import DROP, KIND_EXACT, KIND_NEAR, content_key, entries, merge_drops, resolve
+from pipeline.dedup import (
+    DROP,
+    KIND_EXACT,
+    KIND_NEAR,
+    components,
+    content_key,
+    entries,
+    merge_drops,
+    resolve,
+)
 from storage import ReplicaSet
 
 
@@ -78,3 +88,123 @@ def test_shuffle_sizes_bound_the_tasks_and_their_number(total_keys: int) -> None
         assert per_task == shuffle.TASK_KEYS  # small inputs: ~50 MiB tasks, more of them
     # the groups closed at per_task keys number at most total / per_task + 1
     assert total_keys // per_task + 1 <= shuffle.MAX_TASKS + 1
+
+
+#: a document: its text (equal ints, equal texts) and its MinHash band values
+Doc = tuple[int, frozenset[int]]
+
+
+def _flaky(rnd) -> shuffle.Mapper:
+    """A mapper whose tasks run in any order, some twice (a worker lost after writing)."""
+    def tasks(name, fn, args):
+        out: list = [None] * len(args)
+        order = list(range(len(args)))
+        rnd.shuffle(order)
+        for i in order:
+            if rnd.random() < 0.3:
+                fn(*args[i])  # ran, then its result was lost: the task runs again
+            out[i] = fn(*args[i])
+        return out
+    return tasks
+
+
+def _survivors_through_the_store(store: ReplicaSet, docs: list[Doc], cuts: list[int],
+                                 buckets: int, target: int, rnd) -> dict[int, int]:
+    """``{document: kind}`` of the drops, documents numbered in input order, ``cuts`` the
+    partition sizes (the last partition takes the rest)."""
+    bounds, at = [], 0
+    for size in cuts:
+        bounds.append((at, min(len(docs), at + size)))
+        at = bounds[-1][1]
+    bounds.append((at, len(docs)))
+    names, per_part = [], []
+    for p, (lo, hi) in enumerate(bounds):
+        keys, pos, kinds = [], [], []
+        for i in range(lo, hi):
+            text, bands = docs[i]
+            keys += [content_key(str(text))] + [content_key(f"band {b}") for b in sorted(bands)]
+            pos += [i - lo] * (1 + len(bands))
+            kinds += [KIND_EXACT] + [KIND_NEAR] * len(bands)
+        names.append(f"p{p}")
+        per_part.append(len(keys))
+        work.save_array(store, work.keys_path(names[-1]), entries(keys, pos, kinds))
+    where = shuffle.run(_flaky(rnd), store, f"run{rnd.random()}", names, per_part, buckets,
+                        target).drops
+    out = {}
+    for p, (lo, _hi) in enumerate(bounds):
+        if p in where:
+            for d in shuffle.pick(store, where[p]):
+                out[lo + int(d["pos"])] = int(d["kind"])
+    return out
+
+
+def _reference(docs: list[Doc]) -> dict[int, int]:
+    """Exact: a text seen earlier; near: any member of a component of the shared-band graph
+    but its first. A document both is an exact duplicate."""
+    first_band: dict[int, int] = {}
+    a, b = [], []
+    for i, (_text, bands) in enumerate(docs):
+        for band in bands:
+            if band in first_band:
+                a.append(i)
+                b.append(first_band[band])
+            else:
+                first_band[band] = i
+    roots = components.components_reference(np.array(a, np.uint64), np.array(b, np.uint64))
+    out = {x: KIND_NEAR for x, root in roots.items() if x != root}
+    seen: set[int] = set()
+    for i, (text, _bands) in enumerate(docs):
+        if text in seen:
+            out[i] = KIND_EXACT
+        seen.add(text)
+    return dict(sorted(out.items()))
+
+
+_docs = st.lists(st.tuples(st.integers(0, 30), st.frozensets(st.integers(0, 25), max_size=3)),
+                 max_size=40)
+
+
+@settings(max_examples=40, deadline=None)
+@given(_docs, st.lists(st.integers(1, 12), max_size=6), st.integers(1, 7), st.integers(1, 60),
+       st.randoms(use_true_random=False))
+def test_near_dup_components_are_the_same_whatever_the_partitioning_buckets_and_failures(
+        tmp_path_factory, docs: list[Doc], cuts: list[int], buckets: int, target: int,
+        rnd) -> None:
+    """Chains of near-duplicates collapse to their first document, through the store, for
+    any partitioning, buckets, key groups, task order and reruns."""
+    store = ReplicaSet.from_urls([str(tmp_path_factory.mktemp("cc"))])
+    got = _survivors_through_the_store(store, docs, cuts, buckets, target, rnd)
+    assert dict(sorted(got.items())) == _reference(docs)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 30), max_size=40), st.lists(st.integers(1, 12), max_size=6),
+       st.integers(1, 7), st.integers(1, 60), st.randoms(use_true_random=False))
+def test_exact_dedup_is_corpus_wide_whatever_the_partitioning_buckets_and_failures(
+        tmp_path_factory, texts: list[int], cuts: list[int], buckets: int, target: int,
+        rnd) -> None:
+    """Exact dedup alone (the default): a text's first occurrence in the whole input
+    survives, whichever partition or key group the others are in."""
+    store = ReplicaSet.from_urls([str(tmp_path_factory.mktemp("exact"))])
+    docs = [(t, frozenset()) for t in texts]
+    got = _survivors_through_the_store(store, docs, cuts, buckets, target, rnd)
+    seen: set[int] = set()
+    want = {}
+    for i, t in enumerate(texts):
+        if t in seen:
+            want[i] = KIND_EXACT
+        seen.add(t)
+    assert dict(sorted(got.items())) == want
+
+
+def test_a_chain_collapses_to_its_first_document(tmp_path) -> None:
+    """A ~ B ~ C with A and C sharing no band, in the order A, C, B: the first-occurrence rule
+    dropped only B (C's only neighbour comes after it); components drop B and C."""
+    docs: list[Doc] = [(0, frozenset({1})), (1, frozenset({2})), (2, frozenset({1, 2}))]
+    store = ReplicaSet.from_urls([str(tmp_path)])
+    got = _survivors_through_the_store(store, docs, [1, 1], 2, 3, random.Random(0))
+    assert got == {1: KIND_NEAR, 2: KIND_NEAR}
+    old = resolve(np.concatenate([entries([content_key(f"band {b}") for b in sorted(bands)],
+                                          [i] * len(bands), [KIND_NEAR] * len(bands))
+                                  for i, (_t, bands) in enumerate(docs)]))
+    assert [int(p) for p in old["pos"]] == [2]
