@@ -38,7 +38,7 @@ app = make_app(
     help="Shardflow pipeline: raw text -> cleaned, deduplicated, tokenized Parquet shards + "
          "manifest.json, on a Dask cluster.")
 
-_NoNegative = Parameter(negative="")
+_NoNegative = Parameter(negative="", show_default=False)
 
 
 @app.command
@@ -94,7 +94,8 @@ def resolve_config(inputs: list[str], output: str | None, settings: PipelineConf
 
 
 @app.command
-def inspect(url: str, where: ReplicaFlags = ReplicaFlags(),  # noqa: B008
+def inspect(url: Annotated[str, Parameter(name="URL")], /, *,
+            where: ReplicaFlags = ReplicaFlags(),  # noqa: B008
             json: Annotated[bool, _NoNegative] = False) -> int:  # noqa: A002 - the flag's name
     """Print the summary of a dataset's manifest.
 
@@ -112,7 +113,8 @@ def inspect(url: str, where: ReplicaFlags = ReplicaFlags(),  # noqa: B008
 
 
 @app.command
-def export(url: str, output: str,
+def export(url: Annotated[str, Parameter(name="URL")],
+           output: Annotated[str, Parameter(name="OUTPUT")], /, *,
            format: Literal["parquet-list", "jsonl", "hf"] = "parquet-list",  # noqa: A002
            where: ReplicaFlags = ReplicaFlags(),  # noqa: B008
            no_progress: Annotated[bool, _NoNegative] = False) -> int:

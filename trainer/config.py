@@ -81,7 +81,7 @@ _RUNTIME = Parameter(group=Group("Runtime", sort_key=4))
 _CHECKPOINTS = Parameter(group=Group("Checkpoints", sort_key=5))
 _Positive = Parameter(validator=Number(gt=0))
 _NonNegative = Parameter(validator=Number(gte=0))
-_NoNegative = Parameter(negative="")
+_NoNegative = Parameter(negative="", show_default=False)
 
 
 @Parameter(name="*")
