@@ -331,11 +331,11 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: Lease, log: TextIO,
               f"{', '.join(empty[:5])}{', ...' if len(empty) > 5 else ''}", file=log)
 
     with dask_client(cfg.n_workers, cfg.scheduler, cfg.dashboard_address,
-                     cfg.tokenizer_threads, cfg.adapt_range) as client:
+                     cfg.tokenizer_threads, cfg.adapt_range) as client, \
+            watch(client, log, external=bool(cfg.scheduler)):  # a line per hung or lost worker
         dashboard = client.dashboard_link
         n = len(client.scheduler_info(n_workers=-1).get("workers", {}))
         print(f"dask: {n} workers, dashboard {dashboard}", file=log)
-        watch(client, log, external=bool(cfg.scheduler))  # a line per hung or lost worker
         probe_inputs(client, [f.url for f in files], cfg.storage_options, log)  # before writes
         window = TaskWindow(client)
         tok = (loading.result() if loading else

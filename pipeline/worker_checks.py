@@ -23,12 +23,13 @@ the commit, for workers that joined after the probe.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import posixpath
 import random
 import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
 from distributed import Client
@@ -103,9 +104,13 @@ def scheduler_ttl(client: Client) -> float | None:
         return None
 
 
-def watch(client: Client, log: TextIO, external: bool) -> None:
-    """Print a line for each worker the scheduler drops for silence or loses mid-task; on an
-    external cluster, also one if its scheduler waits longer than :data:`MAX_TTL_S`."""
+@contextlib.contextmanager
+def watch(client: Client, log: TextIO, external: bool) -> Iterator[None]:
+    """While in the block, print a line for each worker the scheduler drops for silence or
+    loses mid-task; on an external cluster, also one if its scheduler waits longer than
+    :data:`MAX_TTL_S`. The topics are left before the client closes: the scheduler would
+    otherwise send this client the news of its own departure over the closed connection and
+    log a traceback."""
     watcher = _Watcher(log)
     client.subscribe_topic("scheduler", watcher.on_scheduler)
     client.subscribe_topic("all", watcher.on_all)
@@ -116,6 +121,12 @@ def watch(client: Client, log: TextIO, external: bool) -> None:
             _say(log, f"shardflow: warning: the scheduler's worker-ttl is {shown}: a hung worker "
                  "stalls the run that long; start it with "
                  "DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL=20s")
+    try:
+        yield
+    finally:
+        for topic in ("scheduler", "all"):
+            with contextlib.suppress(Exception):
+                client.unsubscribe_topic(topic)
 
 
 def probe_sample(urls: Sequence[str], folders: int = PROBE_FOLDERS,
