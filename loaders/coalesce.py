@@ -1,4 +1,4 @@
-"""Which row groups go into one request: a pure function of the plan's order and the byte ranges.
+"""Which row groups go into one request, and how large requests grow: pure planning.
 
 A rank's plan fixes the order in which it first uses row groups (:func:`loaders.prefetch.
 group_schedule`). Blocks are permuted over the whole dataset, so two row groups that are
@@ -10,9 +10,16 @@ reads a whole stored chunk per request), and S3 charges a round trip and a reque
 So a *unit* starts with the earliest-used row group not yet planned and takes the other row
 groups of the same shard that the rank will use within the next ``window`` positions, while the
 unit's byte span stays within ``max_bytes``; the reader then issues one GET per run of pieces
-whose holes are at most its ``hole_bytes`` (reading holes through). Members are fetched when
-the unit's first group is due, i.e. up to ``window`` positions early: ``window`` x the row-group
-size bounds the extra bytes held.
+whose holes are at most its ``hole_bytes`` (reading holes through), and verifies every row group
+against its own digest. Members are fetched when the unit's first group is due, i.e. up to
+``window`` positions early: ``window`` x the row-group size bounds the extra bytes held.
+
+:class:`UnitPlanner` plans one unit at a time, so the window may change between units;
+:class:`AdaptiveWindow` is the rule that changes it: start at the small window (a quick first
+batch), double it while a request of the larger size costs no more time per byte than one of
+the size before (the store keeps up), never beyond the window the read-ahead memory budget
+allows, and stop growing (back to the last good size) the first time it costs more.
+:func:`plan_units` is the fixed-window plan of a whole order.
 
 Every row group of ``order`` is in exactly one unit; units are listed in the order their first
 group is used, and a unit's members are in order of use.
@@ -24,34 +31,48 @@ from collections import defaultdict
 
 import numpy as np
 
+#: a larger request may cost up to this much more time per byte and still count as "kept up"
+#: (a loaded host's noise; a store that throttles or queues large reads costs far more)
+GROWTH_TOLERANCE = 1.5
+#: requests completed at a size before the next doubling is judged (their median is compared)
+GROWTH_SAMPLES = 3
 
-def plan_units(order: list[int], shard_of: np.ndarray, offset: np.ndarray,
-               length: np.ndarray, window: int, max_bytes: int,
-               max_groups: int = 64) -> list[list[int]]:
-    """Fetch units over ``order`` (row groups in first-use order); see the module docstring.
 
-    ``shard_of``/``offset``/``length`` are indexed by row group. ``window=0`` gives one unit
-    per group.
+class UnitPlanner:
+    """Units over ``order`` (row groups in first-use order), one at a time, in order of use.
+
+    ``shard_of``/``offset``/``length`` are indexed by row group. ``unit_at(p, ...)`` is the
+    unit headed by position ``p``, or ``None`` when ``p``'s group went into an earlier unit.
+    Positions must be asked for in increasing order.
     """
-    positions: dict[int, list[int]] = defaultdict(list)  # shard -> positions, ascending
-    shards = [int(shard_of[g]) for g in order]
-    for p, s in enumerate(shards):
-        positions[s].append(p)
-    cursor: dict[int, int] = defaultdict(int)  # shard -> index of its next position to look at
-    taken = np.zeros(len(order), dtype=bool)
-    units: list[list[int]] = []
-    for p, g in enumerate(order):
-        if taken[p]:
-            continue
+
+    def __init__(self, order: list[int], shard_of: np.ndarray, offset: np.ndarray,
+                 length: np.ndarray) -> None:
+        self.order = order
+        self.offset, self.length = offset, length
+        self.shards = np.asarray(shard_of)[np.asarray(order, dtype=np.int64)].tolist() \
+            if order else []
+        self.positions: dict[int, list[int]] = defaultdict(list)  # shard -> its positions
+        for p, s in enumerate(self.shards):
+            self.positions[s].append(p)
+        self.cursor: dict[int, int] = defaultdict(int)  # shard -> next position to look at
+        self.taken = np.zeros(len(order), dtype=bool)
+
+    def unit_at(self, p: int, window: int, max_bytes: int,
+                max_groups: int = 64) -> list[int] | None:
+        if self.taken[p]:
+            return None
+        order, offset, length, taken = self.order, self.offset, self.length, self.taken
         taken[p] = True
-        s = shards[p]
+        s = self.shards[p]
+        g = order[p]
         unit = [g]
         lo, hi = int(offset[g]), int(offset[g]) + int(length[g])
-        mine = positions[s]
-        k = cursor[s]
+        mine = self.positions[s]
+        k = self.cursor[s]
         while k < len(mine) and (mine[k] < p or taken[mine[k]]):
             k += 1
-        cursor[s] = k
+        self.cursor[s] = k
         for q in mine[k:]:
             if q > p + window or len(unit) >= max_groups:
                 break
@@ -64,5 +85,64 @@ def plan_units(order: list[int], shard_of: np.ndarray, offset: np.ndarray,
             lo, hi = min(lo, a), max(hi, b)
             taken[q] = True
             unit.append(h)
-        units.append(unit)
-    return units
+        return unit
+
+
+def plan_units(order: list[int], shard_of: np.ndarray, offset: np.ndarray,
+               length: np.ndarray, window: int, max_bytes: int,
+               max_groups: int = 64) -> list[list[int]]:
+    """Fetch units over ``order`` with a fixed ``window``; ``window=0`` gives one unit per
+    group."""
+    planner = UnitPlanner(order, shard_of, offset, length)
+    units = (planner.unit_at(p, window, max_bytes, max_groups) for p in range(len(order)))
+    return [u for u in units if u is not None]
+
+
+class AdaptiveWindow:
+    """The coalescing window of a reader from a remote store, grown while the store keeps up.
+
+    Levels are ``start``, ``2 start``, ``4 start``, ... capped at ``cap`` (the window the
+    read-ahead memory budget allows); ``max_bytes`` (a request's byte span) scales with the
+    level. Each finished request is :meth:`observe`\\ d with the level it was planned at. When
+    ``GROWTH_SAMPLES`` requests of the current level have finished, their median time per byte
+    is compared with the level below's: at most ``GROWTH_TOLERANCE`` x it (or no level below
+    yet) -> the next level; more -> back to the level below, and no more growth. Pure: the
+    levels depend only on the observations given.
+    """
+
+    def __init__(self, start: int, cap: int, max_bytes: int, max_bytes_cap: int) -> None:
+        self.start = max(1, start)
+        self.cap = max(self.start, cap)
+        self.base_bytes, self.max_bytes_cap = max_bytes, max(max_bytes, max_bytes_cap)
+        self.level = 0
+        self.frozen = self.window_at(1) == self.window_at(0)
+        self.history: list[int] = [self.window]  # every window taken, in order (for tests)
+        self._seen: dict[int, list[float]] = defaultdict(list)  # level -> seconds per byte
+
+    def window_at(self, level: int) -> int:
+        return min(self.cap, self.start << level)
+
+    @property
+    def window(self) -> int:
+        return self.window_at(self.level)
+
+    @property
+    def max_bytes(self) -> int:
+        return min(self.max_bytes_cap, self.base_bytes * (self.window // self.start))
+
+    def observe(self, level: int, nbytes: int, seconds: float) -> None:
+        """A request planned at ``level`` moved ``nbytes`` in ``seconds``."""
+        if nbytes <= 0:
+            return
+        self._seen[level].append(max(seconds, 1e-9) / nbytes)
+        if self.frozen or level != self.level or len(self._seen[level]) < GROWTH_SAMPLES:
+            return
+        here = float(np.median(self._seen[level]))
+        below = self._seen.get(level - 1)
+        if below and here > GROWTH_TOLERANCE * float(np.median(below)):
+            self.level -= 1  # larger requests cost more per byte: the store did not keep up
+            self.frozen = True
+        else:
+            self.level += 1
+            self.frozen = self.window_at(self.level + 1) == self.window
+        self.history.append(self.window)

@@ -34,6 +34,8 @@ def _worker() -> tuple[int, int]:
 
 
 def dist_rank_world() -> tuple[int, int]:
+    """This process's (rank, world size) in torch.distributed, (0, 1) without a process group:
+    the one lookup the loader and the trainer's checkpoints share."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
     return 0, 1
@@ -74,7 +76,7 @@ class TokenDataset(IterableDataset):
     Keywords: ``rank``/``world_size`` (default: torch.distributed's), ``storage_options``,
     ``replicas``, ``replica_options``, ``manifest``, and the settings of
     :class:`loaders.settings.LoaderSettings` (``seed``, ``shuffle``, ``window_blocks``,
-    ``lookahead_groups``, ``read_threads``, ``cache_dir``, ``cache_bytes``,
+    ``lookahead_groups``, ``read_threads``, ``cache_dir``, ``cache_bytes``, ``readahead_bytes``,
     ``return_sample_id``, ``return_position_ids``), or ``settings=`` directly.
 
     ``state_dict()``/``load_state_dict()`` make it *Stateful* in ``torchdata``'s sense (one

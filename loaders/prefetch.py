@@ -15,17 +15,24 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from loaders.coalesce import plan_units
+from loaders.coalesce import AdaptiveWindow, UnitPlanner
 from loaders.reader import TokenReader
+from storage import tokens as token_format
 
 #: Row-group requests in flight when the store is remote (at least; ``read_threads`` if more).
 REMOTE_IN_FLIGHT = 8
 #: From a remote store, a request also takes the row groups of the same shard that are used
 #: within this many positions of the order (:mod:`loaders.coalesce`; at most 8x the read-ahead),
 #: spanning up to this many bytes: fewer, larger requests for a higher rate, at the cost of
-#: holding the early row groups longer (``benchmarks/loader_throughput.py --s3``).
+#: holding the early row groups longer (``benchmarks/loader_throughput.py --s3``). That is the
+#: first requests' size (a quick first batch); :class:`loaders.coalesce.AdaptiveWindow` then
+#: doubles the window while the store keeps up, up to what ``readahead_bytes`` allows.
 COALESCE_WINDOW = 128
 COALESCE_MAX_BYTES = 16 << 20
+#: the byte span of one request, however far the window grows
+COALESCE_MAX_BYTES_CAP = 64 << 20
+#: default read-ahead memory budget: decoded row groups held before their use
+READAHEAD_BYTES = 256 << 20
 
 
 def group_schedule(reader: TokenReader, starts: np.ndarray,
@@ -67,8 +74,10 @@ class PrefetchingWindows:
     """Iterate the token windows starting at ``starts`` in order, row groups read ahead."""
 
     def __init__(self, reader: TokenReader, starts: np.ndarray, seq_len: int,
-                 lookahead: int = 8, threads: int = 4, max_unit_groups: int = 8) -> None:
+                 lookahead: int = 8, threads: int = 4, max_unit_groups: int = 8,
+                 readahead_bytes: int = READAHEAD_BYTES) -> None:
         self.max_unit_groups = max_unit_groups
+        self.readahead_bytes = readahead_bytes
         self.reader = reader
         self.starts = np.asarray(starts, dtype=np.int64)
         self.seq_len = seq_len
@@ -85,6 +94,25 @@ class PrefetchingWindows:
             self.threads = max(self.threads, min(REMOTE_IN_FLIGHT, self.lookahead))
         self.wait_s = 0.0
         self.max_resident = 0  # most row groups held (decoded or in flight) at once
+        self.window: AdaptiveWindow | None = None  # the remote coalescing window, once started
+        self._done: list[tuple[int, int, float]] = []  # (level, bytes, seconds) per request
+
+    def _window_cap(self) -> int:
+        """The largest coalescing window the memory budget allows: a window of ``w`` holds
+        up to ``w + lookahead`` decoded row groups."""
+        index = self.reader.index
+        if not len(index):
+            return self.coalesce_window
+        dtype = token_format.dtype_of(index.encoding)
+        itemsize = dtype.itemsize if dtype is not None else 4
+        group = max(1.0, float(np.mean(index.group_tokens)) * itemsize)
+        return max(self.coalesce_window, int(self.readahead_bytes // group) - self.lookahead)
+
+    def _timed_fetch(self, unit: list[int], level: int, nbytes: int) -> dict[int, np.ndarray]:
+        t0 = time.perf_counter()
+        out = self.reader.fetch_groups(unit)
+        self._done.append((level, nbytes, time.perf_counter() - t0))  # list.append: atomic
+        return out
 
     def _arrival(self, fut: Future[dict[int, np.ndarray]], g: int) -> np.ndarray:
         if fut.done():
@@ -106,13 +134,22 @@ class PrefetchingWindows:
         need = np.maximum(position[first], position[last])  # exact unless a sample spans 3+
         for i in np.flatnonzero(last - first > 1).tolist():
             need[i] = position[first[i]:last[i] + 1].max()
+        planner: UnitPlanner | None = None
+        unit_at: dict[int, list[int]] = {}
         if self.coalesce_window:
+            # Units planned one at a time, as they become due, at the window of the moment.
             where = reader.index.locations(reader.store)
-            units = plan_units(order, reader.index.shard_of, where.offset, where.length,
-                               self.coalesce_window, COALESCE_MAX_BYTES)
+            planner = UnitPlanner(order, reader.index.shard_of, where.offset, where.length)
+            window = reader.coalesce_window  # learned by this reader's earlier pieces
+            cap = self._window_cap()
+            if window is None or (window.start, window.cap) != (self.coalesce_window, cap):
+                window = reader.coalesce_window = AdaptiveWindow(
+                    self.coalesce_window, cap, COALESCE_MAX_BYTES, COALESCE_MAX_BYTES_CAP)
+            self.window = window
+            offset, length, done = where.offset, where.length, self._done
         else:
             units = fetch_units(reader, order, self.max_unit_groups)
-        unit_at = {int(position[unit[0]]): unit for unit in units}
+            unit_at = {int(position[unit[0]]): unit for unit in units}
         group_start = reader.index.starts.tolist()
         firsts, lasts, needs = first.tolist(), last.tolist(), need.tolist()
         starts = self.starts.tolist()
@@ -125,11 +162,21 @@ class PrefetchingWindows:
                     # Keep `lookahead` groups beyond the current one requested.
                     horizon = needs[i] + lookahead
                     while next_fetch < n_order and next_fetch <= horizon:
-                        unit = unit_at.get(next_fetch)  # None: fetched with an earlier unit
+                        if planner is None:
+                            unit = unit_at.get(next_fetch)  # None: taken by an earlier unit
+                        else:
+                            while done:
+                                window.observe(*done.pop(0))
+                            unit = planner.unit_at(next_fetch, window.window, window.max_bytes)
                         next_fetch += 1
                         if unit is None:
                             continue
-                        fut = pool.submit(reader.fetch_groups, unit)
+                        if planner is None:
+                            fut = pool.submit(reader.fetch_groups, unit)
+                        else:
+                            span = (max(int(offset[g] + length[g]) for g in unit)
+                                    - min(int(offset[g]) for g in unit))
+                            fut = pool.submit(self._timed_fetch, unit, window.level, span)
                         for g in unit:
                             resident[g] = fut
                         self.max_resident = max(self.max_resident, len(resident))

@@ -148,7 +148,8 @@ class MappedShards:
 
 
 HOLE_BYTES = 1 << 20
-MAX_REQUEST_BYTES = 32 << 20
+#: the most bytes one GET asks for (loaders.prefetch.COALESCE_MAX_BYTES_CAP: the most a unit spans)
+MAX_REQUEST_BYTES = 64 << 20
 
 
 #: holes read through when the store is remote: a request costs a round trip (and a loopback
@@ -195,6 +196,9 @@ class TokenReader(ProcessLocal):
         self._meta: dict[int, pq.FileMetaData] = {}
         self.bytes_read = 0
         self.groups_read = 0
+        self.requests = 0  # GETs of row groups (and footers) made to the store
+        #: the coalescing window learned from this reader's requests (loaders.prefetch)
+        self.coalesce_window: Any = None
         #: holes up to this are read through, not requested separately
         self.hole_bytes = HOLE_BYTES if self.local else REMOTE_HOLE_BYTES
         self._mapped = MappedShards()
@@ -209,6 +213,7 @@ class TokenReader(ProcessLocal):
         with self._lock:
             self.bytes_read += nbytes
             self.groups_read += groups
+            self.requests += 1
 
     def fetch_groups(self, groups: list[int]) -> dict[int, np.ndarray]:
         """Fetch, verify and decode row groups of ONE shard with as few GETs as possible.

@@ -25,16 +25,22 @@ __all__ = ["DEFAULT_WINDOW_BLOCKS", "LoaderSettings", "ReadSettings"]
 @dataclass(frozen=True)
 class ReadSettings:
     """Row-group reads: ``read_threads`` fetch and decode ``lookahead_groups`` ahead;
-    ``cache_dir`` keeps verified pieces on local disk, at most ``cache_bytes``."""
+    ``cache_dir`` keeps verified pieces on local disk, at most ``cache_bytes``;
+    ``readahead_bytes`` bounds what requests to an object store may fetch early."""
 
     lookahead_groups: int = 16
     read_threads: int = 2
     cache_dir: str | None = None
     cache_bytes: int = DEFAULT_CACHE_BYTES
+    #: decoded row groups a reader from an object store may hold ahead of their use, so that
+    #: its requests can grow (``loaders.coalesce.AdaptiveWindow``); local reads hold less
+    readahead_bytes: int = 256 << 20
 
     def __post_init__(self) -> None:
         if self.cache_bytes < 1:
             raise ValueError(f"cache_bytes must be >= 1, got {self.cache_bytes}")
+        if self.readahead_bytes < 0:
+            raise ValueError(f"readahead_bytes must be >= 0, got {self.readahead_bytes}")
         if self.cache_dir is not None and not isinstance(self.cache_dir, str):
             object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
 

@@ -181,7 +181,8 @@ class DatasetSource(ProcessLocal):
         """The token windows (``seq_len + 1`` each) of ``samples``, in order, read ahead."""
         read = self.settings.read
         return PrefetchingWindows(self.reader, self.sample_starts(samples), self.seq_len,
-                                  read.lookahead_groups, read.read_threads)
+                                  read.lookahead_groups, read.read_threads,
+                                  readahead_bytes=read.readahead_bytes)
 
     def metrics(self) -> dict[str, float]:
         """``bytes_read``/``row_groups_read`` count the store only; pieces served by the local
@@ -191,6 +192,7 @@ class DatasetSource(ProcessLocal):
         return {
             "bytes_read": float(reader.bytes_read if reader else 0),
             "row_groups_read": float(reader.groups_read if reader else 0),
+            "requests": float(reader.requests if reader else 0),
             "failovers": float(self.store.failovers),
             "cache_hits": float(cache.hits if cache else 0),
             "cache_misses": float(cache.misses if cache else 0),

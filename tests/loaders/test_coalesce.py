@@ -7,7 +7,13 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loaders.coalesce import plan_units
+from loaders.coalesce import (
+    GROWTH_SAMPLES,
+    GROWTH_TOLERANCE,
+    AdaptiveWindow,
+    UnitPlanner,
+    plan_units,
+)
 
 
 @st.composite
@@ -63,3 +69,79 @@ def test_neighbours_used_soon_share_a_request() -> None:
     assert plan_units(order, shard_of, offset, length, 2, 1 << 20) == [[0, 2], [3, 4], [1]]
     assert plan_units(order, shard_of, offset, length, 4, 1 << 20) == [[0, 2, 1], [3, 4]]
     assert plan_units(order, shard_of, offset, length, 4, 20) == [[0, 1], [3, 4], [2]]
+
+
+# -- units planned one at a time, at a window that changes between them -----------------------
+
+
+@given(layouts(), st.lists(st.integers(0, 40), min_size=1, max_size=60))
+def test_planner_with_changing_windows_partitions_the_order(case, windows) -> None:  # type: ignore[no-untyped-def]
+    order, shard_of, offset, length, _window, max_bytes = case
+    planner = UnitPlanner(order, shard_of, offset, length)
+    pos = {g: i for i, g in enumerate(order)}
+    units = []
+    for p in range(len(order)):
+        w = windows[p % len(windows)]
+        unit = planner.unit_at(p, w, max_bytes)
+        if unit is None:
+            continue
+        assert unit[0] == order[p]  # headed by the position asked for
+        assert all(0 <= pos[g] - p <= w for g in unit)  # within the window of its time
+        span = max(int(offset[g] + length[g]) for g in unit) - min(int(offset[g]) for g in unit)
+        assert len(unit) == 1 or span <= max_bytes
+        assert len({int(shard_of[g]) for g in unit}) == 1
+        units.append(unit)
+    flat = [g for u in units for g in u]
+    assert sorted(flat) == sorted(order) and len(flat) == len(order)  # each group exactly once
+
+
+def test_fixed_window_planner_is_plan_units() -> None:
+    rng = np.random.default_rng(0)
+    shard_of = np.repeat(np.arange(5), 16)
+    length = rng.integers(100, 300, len(shard_of))
+    offset = np.concatenate([np.cumsum(length[s * 16:(s + 1) * 16]) - length[s * 16:(s + 1) * 16]
+                             for s in range(5)])
+    order = rng.permutation(len(shard_of)).tolist()
+    planner = UnitPlanner(order, shard_of, offset, length)
+    got = [u for p in range(len(order)) if (u := planner.unit_at(p, 12, 2000)) is not None]
+    assert got == plan_units(order, shard_of, offset, length, 12, 2000)
+
+
+# -- the growth rule ----------------------------------------------------------------------------
+
+
+@given(st.integers(1, 64), st.integers(0, 5000), st.integers(1, 1 << 20),
+       st.lists(st.tuples(st.integers(0, 12), st.integers(0, 1 << 22),
+                          st.floats(0, 10, allow_nan=False)), max_size=80))
+def test_window_grows_only_as_the_rule_says(start, cap, max_bytes, observations) -> None:  # type: ignore[no-untyped-def]
+    w = AdaptiveWindow(start, cap, max_bytes, 64 * max_bytes)
+    assert w.window == w.start == max(1, start)
+    for level, nbytes, seconds in observations:
+        before, frozen = w.window, w.frozen
+        w.observe(min(level, w.level + 1), nbytes, seconds)
+        assert w.start <= w.window <= max(w.start, cap)  # never beyond the memory budget
+        assert w.max_bytes <= 64 * max_bytes
+        if frozen:
+            assert w.window == before  # stopped growing: stays
+        elif w.window != before:  # one doubling up (capped) or one step back, then frozen
+            assert w.window == min(w.cap, 2 * before) or (w.window < before and w.frozen)
+    for a, b in zip(w.history, w.history[1:], strict=False):
+        assert b == min(w.cap, 2 * a) or b < a
+
+
+def test_window_doubles_while_time_per_byte_stays_flat_and_stops_when_it_rises() -> None:
+    w = AdaptiveWindow(8, 100, 1 << 20, 1 << 30)
+    for level, size in ((0, 1000), (1, 2000), (2, 4000)):
+        for _ in range(GROWTH_SAMPLES):
+            w.observe(level, size, size * 1e-6)  # flat: 1 us per byte at every size
+    assert w.history == [8, 16, 32, 64] and not w.frozen
+    for _ in range(GROWTH_SAMPLES):
+        w.observe(3, 8000, 8000 * 1e-6 * GROWTH_TOLERANCE * 2)  # larger requests: slower
+    assert w.window == 32 and w.frozen  # back to the last size that kept up
+    w.observe(2, 4000, 1e-9)
+    assert w.window == 32
+    capped = AdaptiveWindow(8, 20, 1 << 20, 1 << 30)
+    for level in range(4):
+        for _ in range(GROWTH_SAMPLES):
+            capped.observe(level, 1000, 1e-3)
+    assert capped.history == [8, 16, 20] and capped.frozen  # the budget's window, no more

@@ -94,3 +94,37 @@ def test_dataloader_workers_read_s3_after_the_parent_used_obstore(s3_bucket, mon
     got = _epoch(url, s3_bucket.storage_options, num_workers=2)
     assert len(got) == len(want)
     assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+def test_requests_grow_along_the_plan_same_samples_fewer_gets(s3_bucket, monkeypatch,
+                                                                tmp_path) -> None:
+    """From a real S3 server: with the read-ahead budget the requests grow (here the store
+    always "keeps up") and an epoch makes far fewer GETs than at the fixed starting window,
+    with every sample the same, byte for byte, as from local disk."""
+    import loaders.coalesce
+    from benchmarks.bench_utils import write_token_dataset
+
+    url = f"{s3_bucket.url}/ds"
+    tokens = np.random.default_rng(7).integers(0, 50_000, 12 * 16 * 4096, dtype=np.uint16)
+    for where, opts in ((url, s3_bucket.storage_options), (str(tmp_path / "ds"), None)):
+        write_token_dataset(ReplicaSet.from_urls([where], opts), tokens, 12,
+                            row_group_tokens=4096, doc_tokens=512)
+    monkeypatch.setattr(loaders.coalesce, "GROWTH_TOLERANCE", float("inf"))
+    monkeypatch.setattr(loaders.coalesce, "GROWTH_SAMPLES", 1)
+
+    def epoch(**kw) -> tuple[list[np.ndarray], dict[str, float], list[int]]:
+        loader = build_dataloader(url, 4, SEQ, storage_options=s3_bucket.storage_options,
+                                  lookahead_groups=1, **kw)
+        got = [b["input_ids"].numpy().copy() for b in loader]
+        window = loader.source.reader.coalesce_window
+        return got, loader.source.metrics(), window.history
+
+    fixed, fixed_m, fixed_h = epoch(readahead_bytes=0)
+    grown, grown_m, grown_h = epoch()
+    local = _epoch(str(tmp_path / "ds"), None)
+    assert fixed_h == [8] and grown_h[0] == 8 and grown_h[-1] > 8, grown_h
+    assert fixed_m["row_groups_read"] == grown_m["row_groups_read"] == 12 * 16  # each once
+    assert grown_m["requests"] < fixed_m["requests"] / 2, (grown_m, fixed_m)
+    assert len(grown) == len(fixed) == len(local)
+    assert all(np.array_equal(a, b) and np.array_equal(a, c)
+               for a, b, c in zip(grown, fixed, local, strict=True))
