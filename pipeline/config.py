@@ -47,9 +47,10 @@ class PipelineConfig:
     id_field: str | None = _f(None, "field holding a document id (default: file:line, "
                               "file@offset or file#row)")
     partition_bytes: int = _f(0, "split uncompressed JSONL/text files into byte ranges "
-                              "(Parquet: row groups) of about this size; bounds worker memory "
-                              "(~190 MiB + 64 MiB + 4 x this with GPT-2). "
-                              "0: input bytes / 64, within 1-16 MiB")
+                              "(Parquet: row groups) of about this size, one task and one shard "
+                              "each; phase 1 streams it, so a worker holds ~250 MiB + the "
+                              "finished shard (~0.4 x this) with GPT-2. "
+                              "0: input bytes / 64, within 1 MiB-1 GiB")
     max_record_bytes: int = _f(DEFAULT_MAX_RECORD_BYTES, "records (lines, paragraphs, fields) "
                                "larger than this are quarantined as record_too_large")
     strict: bool = _f(False, "stop at the first bad record, naming file and line, instead of "

@@ -42,8 +42,9 @@ from torch import nn
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+from loaders.dataset import dist_rank_world
 from storage import Location, resolve
-from storage.io.urls import S3_DEFAULTS, s3_options_from_env
+from storage.io.urls import s3_options
 from trainer.checkpoint_files import (
     MAX_JSON_BYTES,
     CheckpointFileError,
@@ -107,12 +108,8 @@ class SafeLoadPlanner(DefaultLoadPlanner):
 def _fsspec_options(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
     """The options ``storage.resolve`` would use (S3 defaults, endpoint from the environment,
     then explicit options), for DCP's fsspec writer, which builds its own filesystem."""
-    from storage.io.urls import _merge  # one merge rule for the whole project
-
     options = dict(storage_options or {})
-    if url.startswith(("s3://", "s3a://")):
-        options = _merge(_merge(S3_DEFAULTS, s3_options_from_env()), options)
-    return options
+    return s3_options(options) if url.startswith(("s3://", "s3a://")) else options
 
 
 # The writers and readers below carry their path and fsspec options; dcp.save/load are called
@@ -192,12 +189,6 @@ class LoadedCheckpoint:
     rng_restored: bool
 
 
-def _rank_world() -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
 def _barrier(group: Any = None) -> None:
     if dist.is_available() and dist.is_initialized():
         dist.barrier(group=group)
@@ -262,7 +253,7 @@ class Checkpointer:
         tensors are staged in memory; the marker is written by :meth:`wait` (called by the
         next save and at the end of training)."""
         self.wait()
-        rank, _ = _rank_world()
+        rank, _ = dist_rank_world()
         name = step_dir_name(step)
         url = self.loc.child_url(name)
         path = self.loc.path(name)
@@ -298,7 +289,7 @@ class Checkpointer:
 
     def _finish(self, name: str) -> None:
         _barrier()  # every rank's shards and RNG file are written
-        if _rank_world()[0] == 0:
+        if dist_rank_world()[0] == 0:
             self._write_json(f"{name}/{COMPLETE}", {"format": FORMAT_VERSION})
             self.prune()
         _barrier()
@@ -344,7 +335,7 @@ class Checkpointer:
             return None
         if resume == "auto":
             found = latest_checkpoint(self.url, self.storage_options) \
-                if _rank_world()[0] == 0 else None
+                if dist_rank_world()[0] == 0 else None
             return _broadcast(found)
         return resume
 
@@ -370,7 +361,7 @@ def load_checkpoint(url: str, model: nn.Module, optimizer: torch.optim.Optimizer
         raise CheckpointError(f"{url} is not a complete checkpoint (no {COMPLETE} marker)")
     name = loc.url.rstrip("/").rsplit("/", 1)[-1]
     named = _STEP_DIR.match(name)
-    rank, _ = _rank_world()
+    rank, _ = dist_rank_world()
     rng_relative = f"rng/rank{rank:05d}.json"
     rng_path = loc.path(rng_relative)
     rng: dict[str, Any] | None = None

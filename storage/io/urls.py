@@ -121,7 +121,11 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _s3_options(storage_options: dict[str, Any] | None) -> dict[str, Any]:
+def s3_options(storage_options: dict[str, Any] | None) -> dict[str, Any]:
+    """The fsspec options :func:`resolve` uses for an S3 URL: our deadlines and retries
+    (:data:`S3_DEFAULTS`), then the endpoint and region from the environment, then the
+    caller's options. Public for code that builds its own s3fs (DCP's checkpoint writer), so
+    there is one merge rule for the whole project."""
     options = dict(storage_options or {})
     user_retries = options.get("config_kwargs", {}).get("retries")
     options = _merge(_merge(S3_DEFAULTS, s3_options_from_env()), options)
@@ -142,7 +146,7 @@ def resolve(url: str, storage_options: dict[str, Any] | None = None) -> Location
     protocol = protocol or "file"
     options = dict(storage_options or {})
     if protocol in ("s3", "s3a"):
-        options = _s3_options(options)
+        options = s3_options(options)
         settings = wants_obstore(options)
         if settings is not None:
             root = url.split("://", 1)[1].strip("/")
