@@ -21,7 +21,6 @@ row groups over ``DECODE_LIMIT`` bytes are hashed but not decoded).
 from __future__ import annotations
 
 import hashlib
-import io
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +28,7 @@ from storage.format import tokens as token_codec
 from storage.format.checksums import PIECE_DIGEST
 from storage.format.manifest import ShardInfo
 from storage.io.clients import read_range
+from storage.io.range_file import RangeFile
 from storage.io.urls import Location
 
 CHUNK = 4 << 20
@@ -172,36 +172,6 @@ def check_object(loc: Location, path: str, size: int, sha256: str,
     return None
 
 
-class _RangeFile(io.RawIOBase):
-    """A file of which only ``[start, start + len(data))`` exists: what pyarrow may read of a
-    row group (the loader reads it the same way, so a footer pointing elsewhere fails)."""
-
-    def __init__(self, size: int, start: int, data: bytes) -> None:
-        self._size, self._start, self._data, self._pos = size, start, data, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        self._pos = {0: 0, 1: self._pos, 2: self._size}[whence] + offset
-        return self._pos
-
-    def readinto(self, buffer: Any) -> int:
-        want = min(len(buffer), self._size - self._pos)
-        lo = self._pos - self._start
-        if lo < 0 or lo + want > len(self._data):
-            raise OSError(f"read of [{self._pos}, {self._pos + want}) outside the row group")
-        buffer[:want] = self._data[lo:lo + want]
-        self._pos += want
-        return want
-
-
 def _decode(shard: ShardInfo, pieces: list[_Piece], size: int,
             encoding: str) -> Finding | None:
     """What the loader decodes: the footer, then each row group's token column."""
@@ -223,7 +193,7 @@ def _decode(shard: ShardInfo, pieces: list[_Piece], size: int,
             continue
         g = shard.row_groups[p.group]
         try:
-            table = pq.ParquetFile(_RangeFile(size, p.start, bytes(p.keep)),
+            table = pq.ParquetFile(RangeFile(size, p.start, bytes(p.keep), p.label),
                                    metadata=meta).read_row_group(
                 p.group, columns=["input_ids"], use_threads=False)
             count = len(token_codec.unpack(table.column(0), encoding))
