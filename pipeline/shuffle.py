@@ -138,13 +138,17 @@ def bucket_keys(store: ReplicaSet, run_key: str, keys: list[str], lo: int,
     ordered by bucket; returns the count in each bucket."""
     scratch = work.work_store(store)
 
-    def load(i: int) -> np.ndarray:
-        arr = work.load_array(scratch, work.keys_path(keys[i])).astype(ENTRY)
-        arr["part"] = lo + i
-        return arr
-
+    # Fetched in threads, parsed here: np.load parses the .npy header with ast, and CPython
+    # 3.11's AST constructor is not safe across threads ("recursion depth mismatch").
     with ThreadPoolExecutor(min(READ_THREADS, max(1, len(keys)))) as pool:
-        parts = list(pool.map(load, range(len(keys))))
+        blobs: list[bytes | None] = list(pool.map(
+            lambda i: scratch.get(work.keys_path(keys[i])), range(len(keys))))
+    parts = []
+    for i, blob in enumerate(blobs):
+        arr = work.parse_array(blob).astype(ENTRY)  # type: ignore[arg-type]
+        blobs[i] = None
+        arr["part"] = lo + i
+        parts.append(arr)
     arr = np.concatenate(parts) if parts else np.zeros(0, dtype=ENTRY)
     del parts
     which = arr["k0"] % np.uint64(buckets)
