@@ -54,13 +54,14 @@ def done_markers(dataset: Path) -> list[Path]:
 class DaskCluster:
     """A ``dask scheduler`` and ``dask worker`` processes on 127.0.0.1, started separately."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, env: dict[str, str] | None = None) -> None:
         self.tmp = tmp
+        tmp.mkdir(parents=True, exist_ok=True)
         self.file = tmp / "scheduler.json"
         self.scheduler = subprocess.Popen(
             [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
              "--port", "0", "--no-dashboard", "--scheduler-file", str(self.file)],
-            env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            cwd=tmp, env=env or ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.workers: list[subprocess.Popen[bytes]] = []
         wait_for(self.file.exists, 60, "the scheduler file", 0.1)
         wait_for(lambda: "address" in self.file.read_text(), 10, "the scheduler address")
@@ -69,14 +70,27 @@ class DaskCluster:
     def address(self) -> str:
         return json.loads(self.file.read_text())["address"]
 
+    def worker_command(self, memory_limit: str) -> list[str]:
+        return [sys.executable, "-m", "distributed.cli.dask_worker", self.address, "--nthreads",
+                "1", "--no-nanny", "--host", "127.0.0.1", "--no-dashboard", "--memory-limit",
+                memory_limit]
+
+    def launch(self, cmd: list[str]) -> subprocess.Popen[bytes]:
+        """Start one worker command (a subclass may give it its own cwd, env, namespace)."""
+        return subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+
     def add_worker(self, memory_limit: str = "2GB") -> subprocess.Popen[bytes]:
         """A worker without a nanny: its pid is the process that runs the tasks."""
-        w = subprocess.Popen(
-            [sys.executable, "-m", "distributed.cli.dask_worker", self.address, "--nthreads",
-             "1", "--no-nanny", "--host", "127.0.0.1", "--no-dashboard", "--memory-limit",
-             memory_limit], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        w = self.launch(self.worker_command(memory_limit))
         self.workers.append(w)
         return w
+
+    def count(self) -> int:
+        from distributed import Client
+
+        with Client(self.address, timeout=30) as c:
+            return len(c.scheduler_info(n_workers=-1)["workers"])
 
     def wait_workers(self, n: int) -> None:
         from distributed import Client

@@ -14,7 +14,6 @@ import json
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -32,7 +31,15 @@ from pipeline.worker_checks import (
 )
 from storage import read_manifest, resolve, shards_of
 from tests.conftest import shakespeare_texts
-from tests.pipeline._procs import ENV, REPO, done_markers, kill_tree, pipeline_cmd, wait_for
+from tests.pipeline._procs import (
+    ENV,
+    REPO,
+    DaskCluster,
+    done_markers,
+    kill_tree,
+    pipeline_cmd,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -147,56 +154,26 @@ def _unshare() -> list[str] | None:
     return None
 
 
-class _Cluster:
+class _Cluster(DaskCluster):
     """``dask scheduler`` and ``dask worker`` processes, each worker with its own cwd, TMPDIR
     and local directory; ``hide`` folders are covered by an empty tmpfs in each worker's mount
     namespace, so they exist on the driver's disk only, as on another machine."""
 
     def __init__(self, tmp: Path, hide: list[Path] = ()) -> None:  # type: ignore[assignment]
-        self.tmp, self.hide = tmp, hide
-        tmp.mkdir(parents=True, exist_ok=True)
-        self.file = tmp / "scheduler.json"
-        env = {**ENV, "DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": "20s"}
-        self.scheduler = subprocess.Popen(
-            [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
-             "--port", "0", "--no-dashboard", "--scheduler-file", str(self.file)],
-            cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.workers: list[subprocess.Popen[bytes]] = []
-        wait_for(lambda: self.file.exists() and "address" in self.file.read_text(), 60,
-                 "the scheduler address", 0.1)
-        self.address = json.loads(self.file.read_text())["address"]
+        self.hide = hide
+        super().__init__(tmp, {**ENV, "DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": "20s"})
 
-    def add_worker(self) -> subprocess.Popen[bytes]:
+    def launch(self, cmd: list[str]) -> subprocess.Popen[bytes]:
         home = self.tmp / f"worker{len(self.workers)}"
         (home / "tmp").mkdir(parents=True)
-        cmd = [sys.executable, "-m", "distributed.cli.dask_worker", self.address, "--nthreads",
-               "1", "--no-nanny", "--host", "127.0.0.1", "--no-dashboard", "--memory-limit",
-               "2GB", "--local-directory", str(home / "local")]
+        cmd = [*cmd, "--local-directory", str(home / "local")]
         if self.hide:
             prefix = _unshare()
             assert prefix, "no mount namespace available"
             mounts = " && ".join(f"mount -t tmpfs none '{p}'" for p in self.hide)
             cmd = [*prefix, "sh", "-c", f'{mounts} && exec "$@"', "sh", *cmd]
-        w = subprocess.Popen(cmd, cwd=home, env={**ENV, "TMPDIR": str(home / "tmp")},
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.workers.append(w)
-        return w
-
-    def count(self) -> int:
-        from distributed import Client
-
-        with Client(self.address, timeout=30) as c:
-            return len(c.scheduler_info(n_workers=-1)["workers"])
-
-    def wait_workers(self, n: int) -> None:
-        from distributed import Client
-
-        with Client(self.address, timeout=30) as c:
-            c.wait_for_workers(n, timeout=60)
-
-    def close(self) -> None:
-        for p in [*self.workers, self.scheduler]:
-            kill_tree(p.pid)
+        return subprocess.Popen(cmd, cwd=home, env={**ENV, "TMPDIR": str(home / "tmp")},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 @contextlib.contextmanager
