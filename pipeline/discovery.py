@@ -9,10 +9,23 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+from fsspec.utils import glob_translate
+
+from pipeline.filetable import (
+    COMPRESSION_CODES,
+    FORMAT_CODES,
+    PAGE,
+    FileTable,
+    TableBuilder,
+    pages,
+)
 from pipeline.records import InputError
 from storage import display_url, resolve
 
@@ -80,19 +93,88 @@ def _version(info: dict[str, Any]) -> str:
     return f"{info.get('size')}:{tag}"
 
 
-def _matches(loc: Any, spec: str) -> dict[str, dict[str, Any]]:
-    """``{path: info}`` of what ``spec`` names: one listing per glob, one stat per path.
+def _format_codes(url: str, cache: dict[str, tuple[int, int]]) -> tuple[int, int]:
+    """``(format code, compression code)`` of a file: :func:`detect_format` depends only on
+    the name's last 12 characters (a compression suffix and ``.parquet`` at most), so one
+    call per distinct ending."""
+    tail = url[-12:].lower()
+    codes = cache.get(tail)
+    if codes is None:
+        fmt, compression = detect_format(url)
+        codes = cache[tail] = (FORMAT_CODES.index(fmt), COMPRESSION_CODES.index(compression))
+    return codes
 
-    Any failure to list or stat (an unreachable endpoint, refused credentials) is one
-    :class:`InputError` line naming the input, not the object-store client's traceback.
+
+def _listing_pages(loc: Any, spec: str) -> Iterator[list[tuple[str, dict[str, Any]]]]:
+    """``(path, info)`` pages of what ``spec`` names, in the store's listing order.
+
+    A glob whose wildcards are all in its last segment, on a filesystem that lists a folder
+    a page at a time (``ls_pages(folder)``: the benchmark's synthetic one; S3 through
+    s3fs's paged listing), is streamed: a page is held at a time, never the whole listing.
+    Anything else is listed by fsspec's ``glob`` (sorted) and cut into pages.
     """
+    if not any(c in spec for c in "*?["):
+        yield [(loc.root, loc.fs.info(loc.root))]
+        return
+    folder, _, last = loc.root.rpartition("/")
+    paged = _pager(loc.fs)
+    if paged is not None and folder and not any(c in folder for c in "*?[") and "**" not in last:
+        pattern = re.compile(glob_translate(loc.root))
+        found = False
+        for page in paged(folder):
+            kept = [(info["name"], info) for info in page if pattern.match(info["name"])]
+            if kept:
+                found = True
+                yield kept
+        if not found:
+            raise InputError(f"{display_url(spec)}: no input files match")
+        return
+    matched = loc.fs.glob(loc.root, detail=True)
+    if not matched:
+        raise InputError(f"{display_url(spec)}: no input files match")
+    yield from pages(matched.items())
+
+
+def _pager(fs: Any) -> Callable[[str], Iterator[list[dict[str, Any]]]] | None:
+    ls_pages = getattr(fs, "ls_pages", None)
+    if callable(ls_pages):
+        return ls_pages  # type: ignore[no-any-return]
+    if type(fs).__name__ == "S3FileSystem" and hasattr(fs, "_iterdir"):
+        return lambda folder: _s3_pages(fs, folder)
+    return None
+
+
+def _s3_pages(fs: Any, folder: str, size: int = 1000) -> Iterator[list[dict[str, Any]]]:
+    """An S3 folder's objects a page at a time, from s3fs's own paged listing (sorted by key,
+    as S3 lists). Only files: the common prefixes (sub-folders) are skipped."""
+    from fsspec.asyn import sync
+
+    bucket, key, _ = fs.split_path(folder)
+    prefix = key.rstrip("/") + "/" if key else ""
+    fs.invalidate_cache(folder)
+    it = fs._iterdir(bucket, prefix=prefix).__aiter__()
+
+    async def take() -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        async for info in it:
+            if info.get("type") != "directory":
+                out.append(info)
+            if len(out) >= size:
+                break
+        return out
+
+    while True:
+        page = sync(fs.loop, take)
+        if not page:
+            return
+        yield page
+
+
+def _list_errors(spec: str, pages_of: Iterator[Any]) -> Iterator[Any]:
+    """Any failure to list or stat (an unreachable endpoint, refused credentials) is one
+    :class:`InputError` line naming the input, not the object-store client's traceback."""
     try:
-        if any(c in spec for c in "*?["):
-            found = loc.fs.glob(loc.root, detail=True)
-            if not found:
-                raise InputError(f"{display_url(spec)}: no input files match")
-            return found
-        return {loc.root: loc.fs.info(loc.root)}
+        yield from pages_of
     except InputError:
         raise
     except FileNotFoundError:
@@ -103,34 +185,124 @@ def _matches(loc: Any, spec: str) -> dict[str, dict[str, Any]]:
                          f"({type(exc).__name__}: {first})"[:400]) from None
 
 
-def discover(inputs: list[str],
-             storage_options: dict[str, Any] | None = None) -> list[InputFile]:
-    """Expand paths and globs into the deterministic, de-duplicated, sorted list of files.
+def discover_table(inputs: list[str], storage_options: dict[str, Any] | None = None,
+                   inputs_from: str | None = None) -> FileTable:
+    """Expand paths and globs (and the lines of ``inputs_from``) into the sorted, unique
+    :class:`~pipeline.filetable.FileTable` of input files, a listing page at a time.
 
     The sizes and versions come with the listings (no request per file); Parquet footers,
-    one read per file, are fetched concurrently.
+    one read per Parquet file, are fetched concurrently.
     """
-    found: dict[str, tuple[Any, str, dict[str, Any]]] = {}
+    builder = TableBuilder()
+    codes: dict[str, tuple[int, int]] = {}
     for spec in inputs:
         try:
             loc = resolve(spec, storage_options)
         except (ImportError, ValueError) as exc:  # unknown protocol, malformed URL
             raise InputError(f"{display_url(spec)}: {exc}") from None
-        for match, info in _matches(loc, spec).items():
-            if info.get("type") == "directory":
-                raise InputError(f"{spec}: {match} is a directory; "
-                                 f"pass a glob such as {match}/*.jsonl")
-            url = match if loc.is_local else loc.fs.unstrip_protocol(match)
-            found.setdefault(url, (loc.fs, match, info))
-    urls = sorted(found)
-    formats = [detect_format(u) for u in urls]
+        strip = None if loc.is_local else _unstripper(loc.fs)
+        for page in _list_errors(spec, _listing_pages(loc, spec)):
+            for match, info in page:
+                if info.get("type") == "directory":
+                    raise InputError(f"{spec}: {match} is a directory; "
+                                     f"pass a glob such as {match}/*.jsonl")
+            urls = [m for m, _ in page] if strip is None else strip([m for m, _ in page])
+            fc = [_format_codes(u, codes) for u in urls]
+            builder.add_page(urls, [int(i.get("size") or 0) for _, i in page],
+                             [_version(i) for _, i in page], [f for f, _ in fc],
+                             [c for _, c in fc])
+    if inputs_from:
+        for urls, sizes, versions in read_inputs_from(inputs_from, storage_options):
+            fc = [_format_codes(u, codes) for u in urls]
+            builder.add_page(urls, sizes, versions, [f for f, _ in fc], [c for _, c in fc])
+    table = builder.finish()
+    parquet = np.flatnonzero(table.formats == FORMAT_CODES.index("parquet"))
+    if len(parquet):
+        def row_groups(i: int) -> tuple[int, ...]:
+            loc = resolve(table.url(i), storage_options)
+            return _parquet_row_groups(loc.fs, loc.root)
 
-    def row_groups(i: int) -> tuple[int, ...]:
-        fs, path, _ = found[urls[i]]
-        return _parquet_row_groups(fs, path) if formats[i][0] == "parquet" else ()
+        with ThreadPoolExecutor(PARQUET_FOOTER_THREADS) as pool:
+            found = pool.map(row_groups, [int(i) for i in parquet])
+            table.row_groups = dict(zip((int(i) for i in parquet), found, strict=True))
+    return table
 
-    with ThreadPoolExecutor(PARQUET_FOOTER_THREADS) as pool:
-        groups = list(pool.map(row_groups, range(len(urls))))
-    return [InputFile(u, fmt, compression, int(found[u][2].get("size") or 0), g,
-                      _version(found[u][2]))
-            for u, (fmt, compression), g in zip(urls, formats, groups, strict=True)]
+
+def _unstripper(fs: Any) -> Callable[[list[str]], list[str]]:
+    """``fs.unstrip_protocol`` for a page of paths: the protocol prefix it adds is found once
+    and prepended (checked on the page's first and last path), not one call per path."""
+
+    def strip(paths: list[str]) -> list[str]:
+        first = fs.unstrip_protocol(paths[0])
+        head = first[: len(first) - len(paths[0])]
+        if first.endswith(paths[0]) and fs.unstrip_protocol(paths[-1]) == head + paths[-1]:
+            return [head + p for p in paths]
+        return [fs.unstrip_protocol(p) for p in paths]
+
+    return strip
+
+
+def read_inputs_from(path: str, storage_options: dict[str, Any] | None = None,
+                     page: int = PAGE) -> Iterator[tuple[list[str], list[int], list[str]]]:
+    """Pages of ``(urls, sizes, versions)`` from a file listing the inputs, one per line:
+    ``URL SIZE [VERSION]`` (spaces or tabs), CSV ``url,size[,version]`` (a header row naming
+    ``url`` is skipped), or JSON Lines ``{"url": ..., "size": ..., "version": ...}``. Blank
+    lines and ``#`` comments are skipped. A URL without a protocol is a local path (made
+    absolute). The version (ETag, mtime: what changes when the file does) goes into the
+    resume keys as ``SIZE:VERSION``; without one a changed file of the same size is not seen.
+    """
+    import csv
+    import json
+
+    try:
+        loc = resolve(path, storage_options)
+        fh = loc.fs.open(loc.root, "rt", encoding="utf-8")
+    except (ImportError, ValueError, OSError) as exc:
+        raise InputError(f"--inputs-from {display_url(path)}: cannot open ({exc})") from None
+    kind = "jsonl" if path.endswith((".jsonl", ".json", ".ndjson")) else (
+        "csv" if path.endswith(".csv") else "text")
+    urls: list[str] = []
+    sizes: list[int] = []
+    versions: list[str] = []
+    with fh:
+        rows: Iterable[Any] = csv.reader(fh) if kind == "csv" else fh
+        for n, row in enumerate(rows, 1):
+            try:
+                if kind == "csv":
+                    fields = [f.strip() for f in row]
+                    if not fields or not fields[0] or fields[0].startswith("#") or (
+                            n == 1 and fields[0].lower() == "url"):
+                        continue
+                elif kind == "jsonl":
+                    if not row.strip():
+                        continue
+                    obj = json.loads(row)
+                    fields = [obj["url"], str(obj["size"])] + (
+                        [str(obj["version"])] if obj.get("version") is not None else [])
+                else:
+                    fields = row.split()
+                    if not fields or fields[0].startswith("#"):
+                        continue
+                url, size = fields[0], int(fields[1])
+                if size < 0 or len(fields) > 3:
+                    raise ValueError
+            except (ValueError, KeyError, IndexError, TypeError):
+                raise InputError(f"--inputs-from {display_url(path)}, line {n}: expected "
+                                 "URL SIZE [VERSION]") from None
+            if "://" not in url:
+                url = os.path.abspath(url)
+            urls.append(url)
+            sizes.append(size)
+            versions.append(f"{size}:{fields[2] if len(fields) > 2 else None}")
+            if len(urls) >= page:
+                yield urls, sizes, versions
+                urls, sizes, versions = [], [], []
+    if urls:
+        yield urls, sizes, versions
+
+
+def discover(inputs: list[str],
+             storage_options: dict[str, Any] | None = None) -> list[InputFile]:
+    """The files of :func:`discover_table` as a list of :class:`InputFile` (small inputs,
+    tests; the job keeps the table)."""
+    return list(discover_table(inputs, storage_options))

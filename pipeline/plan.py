@@ -14,10 +14,15 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
+from json.encoder import encode_basestring_ascii as _jstr  # what json.dumps writes for a str
+from typing import overload
+
+import numpy as np
 
 from pipeline.discovery import InputFile
+from pipeline.filetable import FORMAT_CODES, FileTable
 
 SPLITTABLE = ("jsonl", "txt")
 #: ``partition_bytes = 0`` (auto) aims at this many partitions, within the bounds below
@@ -137,3 +142,112 @@ def plan_partitions(files: list[InputFile], target_bytes: int) -> list[Partition
             parts.append(Partition(len(parts), f.url, f.fmt, f.compression, start, end,
                                    f.version))
     return parts
+
+
+class PartitionPlan(Sequence[Partition]):
+    """:func:`plan_partitions` of a :class:`~pipeline.filetable.FileTable`, held compactly.
+
+    Per file only a partition count (none at all when every file is one partition, as when
+    files are smaller than the target); ``plan[i]`` makes partition ``i``'s
+    :class:`Partition` on demand, equal to ``plan_partitions(list(table), target)[i]``, and
+    :meth:`key` its work-file key without making it. The job makes Partition objects only
+    for the tasks it submits.
+    """
+
+    def __init__(self, table: FileTable, target_bytes: int) -> None:
+        if target_bytes < 1:
+            raise ValueError(f"partition size must be positive, got {target_bytes} "
+                             "(resolve 0 with auto_partition_bytes first)")
+        self.table, self.target = table, target_bytes
+        split = np.isin(table.formats, [FORMAT_CODES.index(f) for f in SPLITTABLE]) & (
+            table.compressions == 0)
+        counts = np.ones(len(table), dtype=np.int64)
+        # byte_ranges' ceil(size / target), in the same float arithmetic (sizes < 2**53)
+        counts[split] = np.maximum(1, np.ceil(table.sizes[split] / float(target_bytes))
+                                   ).astype(np.int64)
+        self._parquet: dict[int, list[tuple[int, int]]] = {}
+        for i, groups in table.row_groups.items():
+            ranges = row_group_ranges(groups, target_bytes)
+            counts[i] = len(ranges)
+            if len(ranges) > 1 or ranges[0] != (0, -1):
+                self._parquet[i] = ranges
+        self._split = split
+        self._counts = counts
+        ones = bool((counts == 1).all())
+        #: partition i's first index per file (None: file i is partition i)
+        self._first: np.ndarray | None = None if ones else np.concatenate(
+            [[0], np.cumsum(counts)]).astype(np.int64)
+        if ones:
+            self._counts = None  # type: ignore[assignment]
+        self._n = len(table) if ones else int(self._first[-1])  # type: ignore[index]
+
+    def __len__(self) -> int:
+        return self._n
+
+    def locate(self, i: int) -> tuple[int, int, int]:
+        """``(file index, start, end)`` of partition ``i``."""
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        if self._first is None:
+            f, j, n = i, 0, 1
+        else:
+            f = int(np.searchsorted(self._first, i, side="right")) - 1
+            j, n = i - int(self._first[f]), int(self._counts[f])
+        if self._split[f]:
+            size = int(self.table.sizes[f])
+            q, r = divmod(size, n)  # size * j // n without the overflow of size * j
+            return f, j * q + j * r // n, (j + 1) * q + (j + 1) * r // n
+        ranges = self._parquet.get(f)
+        return (f, *ranges[j]) if ranges else (f, 0, -1)
+
+    @overload
+    def __getitem__(self, i: int) -> Partition: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Partition]: ...
+    def __getitem__(self, i: int | slice) -> Partition | list[Partition]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._n))]
+        if i < 0:
+            i += self._n
+        f, start, end = self.locate(i)
+        t = self.table
+        return Partition(i, t.url(f), t.fmt(f), t.compression(f), start, end, t.version(f))
+
+    def key(self, i: int, salt: str) -> str:
+        """``self[i].key(salt)``, without making the Partition or going through ``asdict``
+        and ``json.dumps`` (the same JSON text is written directly: ~4x faster)."""
+        f, start, end = self.locate(i)
+        t = self.table
+        comp = t.compression(f)
+        blob = (f'[{{"compression": {"null" if comp is None else _jstr(comp)}, "end": {end}, '
+                f'"fmt": {_jstr(t.fmt(f))}, "index": {i}, "start": {start}, '
+                f'"url": {_jstr(t.url(f))}, "version": {_jstr(t.version(f))}}}, {_jstr(salt)}]')
+        return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+    def keys(self, salt: str) -> KeySequence:
+        return KeySequence(self, salt)
+
+
+class KeySequence(Sequence[str]):
+    """Every partition's key in partition order, computed when asked (never all held)."""
+
+    def __init__(self, plan: PartitionPlan, salt: str) -> None:
+        self.plan, self.salt = plan, salt
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            return [self.plan.key(j, self.salt) for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        return self.plan.key(i, self.salt)
+
+    def __iter__(self) -> Iterator[str]:
+        for i in range(len(self)):
+            yield self.plan.key(i, self.salt)

@@ -1,0 +1,272 @@
+"""The input files as a compact table: a few dozen bytes a file, filled a listing page at a time.
+
+Ten million input files as Python objects (an fsspec info dict, then an ``InputFile`` each)
+cost the driver ~2 KB a file: 20 GB. Here a file is what the plan needs, in NumPy arrays:
+
+- its URL: a prefix shared with its listing page (kept once per page) + its own suffix in one
+  byte blob (``f000123.txt``: ~7 bytes and a 4-byte offset);
+- its version (size + ETag/mtime, for the resume keys): the same prefix + suffix scheme (a
+  page of files with one mtime costs nothing a file);
+- its size (8 bytes), format and compression codes (1 byte each).
+
+Rows are sorted by URL and unique. Listings that come sorted (an S3 prefix's pages; fsspec's
+``glob``) are appended as they come; anything else (several inputs, an unsorted
+``--inputs-from`` file) is sorted once at the end. Parquet files also get their row groups'
+byte sizes (one footer read each), kept per Parquet file only.
+"""
+
+from __future__ import annotations
+
+import bisect
+import operator
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, overload
+
+import numpy as np
+
+#: format and compression codes (the index in these tuples)
+FORMAT_CODES = ("jsonl", "txt", "csv", "parquet")
+COMPRESSION_CODES = (None, "gzip", "zstd", "bz2", "xz")
+#: a version suffix that starts with this holds the whole version string (not ``size:tag``)
+_LITERAL = "\x00"
+
+
+class PrefixedStrings:
+    """Strings stored as runs of a shared prefix + one blob of UTF-8 suffixes."""
+
+    def __init__(self) -> None:
+        self._run_starts: list[int] = []
+        self._prefixes: list[str] = []
+        self._blobs: list[bytes] = []
+        self._lengths: list[np.ndarray] = []
+        self.n = 0
+        self._blob = b""
+        self._offsets: np.ndarray | None = None
+
+    def append_page(self, items: list[str]) -> None:
+        if not items:
+            return
+        prefix = os.path.commonprefix(items)
+        cut = len(prefix)
+        suffixes = [s[cut:] for s in items]
+        joined = "".join(suffixes)
+        blob = joined.encode("utf-8")
+        if len(blob) == len(joined):  # ASCII: a character is a byte
+            lengths = np.fromiter(map(len, suffixes), dtype=np.int64, count=len(suffixes))
+        else:
+            lengths = np.fromiter((len(s.encode("utf-8")) for s in suffixes), dtype=np.int64,
+                                  count=len(suffixes))
+        if not self._prefixes or self._prefixes[-1] != prefix:
+            self._run_starts.append(self.n)
+            self._prefixes.append(prefix)
+        self._blobs.append(blob)
+        self._lengths.append(lengths)
+        self.n += len(items)
+
+    def finish(self) -> PrefixedStrings:
+        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
+        self._lengths = []
+        self._blob = b"".join(self._blobs)
+        self._blobs = []
+        if not self._blob:
+            self._offsets = None  # every suffix empty: nothing a row
+        else:
+            dtype = np.uint32 if len(self._blob) < 2**32 else np.int64
+            offsets = np.zeros(self.n + 1, dtype=dtype)
+            np.cumsum(lengths, out=offsets[1:])
+            self._offsets = offsets
+        return self
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> str:
+        run = bisect.bisect_right(self._run_starts, i) - 1
+        if self._offsets is None:
+            return self._prefixes[run]
+        lo, hi = int(self._offsets[i]), int(self._offsets[i + 1])
+        return self._prefixes[run] + self._blob[lo:hi].decode("utf-8")
+
+    def nbytes(self) -> int:
+        return len(self._blob) + (0 if self._offsets is None else self._offsets.nbytes) + \
+            sum(len(p) + 16 for p in self._prefixes)
+
+
+@dataclass
+class FileTable(Sequence[Any]):
+    """The sorted, unique input files (see the module docstring). ``table[i]`` is an
+    :class:`pipeline.discovery.InputFile`, made on demand."""
+
+    urls: PrefixedStrings
+    versions: PrefixedStrings
+    sizes: np.ndarray
+    formats: np.ndarray
+    compressions: np.ndarray
+    #: Parquet files only: file index -> compressed byte size of each row group
+    row_groups: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def url(self, i: int) -> str:
+        return self.urls[i]
+
+    def version(self, i: int) -> str:
+        v = self.versions[i]
+        return v[1:] if v.startswith(_LITERAL) else f"{int(self.sizes[i])}:{v}"
+
+    def fmt(self, i: int) -> str:
+        return FORMAT_CODES[self.formats[i]]
+
+    def compression(self, i: int) -> str | None:
+        return COMPRESSION_CODES[self.compressions[i]]
+
+    @overload
+    def __getitem__(self, i: int) -> Any: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Any]: ...
+    def __getitem__(self, i: int | slice) -> Any:
+        from pipeline.discovery import InputFile
+
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return InputFile(self.url(i), self.fmt(i), self.compression(i), int(self.sizes[i]),
+                         self.row_groups.get(i, ()), self.version(i))
+
+    def url_list(self) -> UrlView:
+        return UrlView(self)
+
+    @property
+    def total_bytes(self) -> int:
+        return int(self.sizes.sum(dtype=np.int64))
+
+    def empty_urls(self, limit: int | None = None) -> tuple[int, list[str]]:
+        """How many files have 0 bytes, and the URLs of the first ``limit`` of them."""
+        zero = np.flatnonzero(self.sizes == 0)
+        return len(zero), [self.url(int(i)) for i in zero[:limit]]
+
+    def nbytes(self) -> int:
+        """What the table holds (the arrays and blobs; Parquet row groups not counted)."""
+        return (self.urls.nbytes() + self.versions.nbytes() + self.sizes.nbytes
+                + self.formats.nbytes + self.compressions.nbytes)
+
+
+class UrlView(Sequence[str]):
+    """The table's URLs as a read-only sequence (decoded one at a time)."""
+
+    def __init__(self, table: FileTable) -> None:
+        self.table = table
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self.table.url(j) for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self.table.url(i)
+
+
+@dataclass
+class Entry:
+    """One listed file before it enters the table (only pages of these are ever held)."""
+
+    url: str
+    size: int
+    version: str
+    fmt: int
+    compression: int
+
+
+class TableBuilder:
+    """Fills a :class:`FileTable` a page at a time.
+
+    ``add_page(urls, sizes, versions, codes)``: parallel lists for one listing page. While
+    every URL is greater than the one before, rows are appended as they come; the first that
+    is not (a second input, an unsorted list) makes :meth:`finish` sort and de-duplicate once
+    (the first occurrence of a URL is kept, as the inputs' order gives it).
+    """
+
+    def __init__(self) -> None:
+        self.urls = PrefixedStrings()
+        self.versions = PrefixedStrings()
+        self._sizes: list[np.ndarray] = []
+        self._formats: list[np.ndarray] = []
+        self._compressions: list[np.ndarray] = []
+        self.sorted = True
+        self._last: str | None = None
+        self.n = 0
+
+    def add_page(self, urls: list[str], sizes: list[int], versions: list[str],
+                 formats: list[int], compressions: list[int]) -> None:
+        if not urls:
+            return
+        if self.sorted and ((self._last is not None and not self._last < urls[0])
+                            or not all(map(operator.lt, urls, urls[1:]))):
+            self.sorted = False
+        self._last = urls[-1]
+        self.urls.append_page(urls)
+        self.versions.append_page(_version_suffixes(sizes, versions))
+        self._sizes.append(np.asarray(sizes, dtype=np.int64))
+        self._formats.append(np.asarray(formats, dtype=np.uint8))
+        self._compressions.append(np.asarray(compressions, dtype=np.uint8))
+        self.n += len(urls)
+
+    def finish(self) -> FileTable:
+        def cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+            return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+        table = FileTable(self.urls.finish(), self.versions.finish(),
+                          cat(self._sizes, np.int64), cat(self._formats, np.uint8),
+                          cat(self._compressions, np.uint8))
+        self._sizes, self._formats, self._compressions = [], [], []
+        return table if self.sorted else _sorted_unique(table)
+
+
+def _version_suffixes(sizes: list[int], versions: list[str]) -> list[str]:
+    out = []
+    for s, v in zip(sizes, versions, strict=True):
+        head = f"{s}:"
+        tag = v[len(head):]
+        out.append(tag if v.startswith(head) and not tag.startswith(_LITERAL) else _LITERAL + v)
+    return out
+
+
+def _sorted_unique(table: FileTable) -> FileTable:
+    """The table's rows by URL, the first of equal URLs kept (Python's stable sort)."""
+    urls = [table.url(i) for i in range(len(table))]
+    order = sorted(range(len(urls)), key=urls.__getitem__)
+    keep = [i for n, i in enumerate(order) if n == 0 or urls[i] != urls[order[n - 1]]]
+    out = TableBuilder()
+    for lo in range(0, len(keep), PAGE):
+        page = keep[lo:lo + PAGE]
+        out.add_page([urls[i] for i in page], [int(table.sizes[i]) for i in page],
+                     [table.version(i) for i in page], [int(table.formats[i]) for i in page],
+                     [int(table.compressions[i]) for i in page])
+    assert out.sorted
+    return out.finish()
+
+
+#: rows handled together when a listing comes as one piece (fsspec ``glob``)
+PAGE = 4096
+
+
+def pages(items: Iterable[Any], size: int = PAGE) -> Iterator[list[Any]]:
+    """``items`` in lists of ``size`` (the last shorter)."""
+    page: list[Any] = []
+    for item in items:
+        page.append(item)
+        if len(page) >= size:
+            yield page
+            page = []
+    if page:
+        yield page
