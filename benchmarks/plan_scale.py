@@ -165,6 +165,71 @@ def measure(path: Path, world: int, rank: int) -> dict[str, Any]:
             "samples_per_rank": int(lane_len) * BATCH}
 
 
+def _pss_mb() -> float:
+    """This process's proportional set size: shared pages count 1/(processes mapping them)."""
+    with open("/proc/self/smaps_rollup") as fh:
+        for line in fh:
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _node(n_groups: int, world: int, ranks: int, env: dict[str, str],
+          private: bool) -> list[dict[str, Any]]:
+    """``ranks`` ranks started together; measured once all have their first batch."""
+    path = index_path(n_groups)
+    procs = [subprocess.Popen(
+        [sys.executable, __file__, "--row-groups", str(n_groups), "--world", str(world),
+         "--rank", str(world - 1 - r), "--json", "--index", str(path), "--hold",
+         *(["--private"] if private else [])],
+        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for r in range(ranks)]
+    for p in procs:
+        assert p.stdout is not None and p.stdout.readline().strip() == "READY"
+    out = []
+    for p in procs:
+        assert p.stdin is not None and p.stdout is not None
+        p.stdin.write("\n")
+        p.stdin.flush()
+        out.append(json.loads(p.stdout.readline()))
+        p.wait()
+    return out
+
+
+def ranks_on_host(n_groups: int, world: int, ranks: int) -> int:
+    """What a node of ``ranks`` ranks holds, index private per rank vs shared."""
+    from benchmarks.bench_utils import write_results
+
+    index_path(n_groups)
+    share_dir = tempfile.mkdtemp(prefix="shardflow-index-bench-")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
+           "SHARDFLOW_INDEX_DIR": share_dir}
+    modes = {}
+    try:
+        for mode, private in (("private", True), ("shared_cold", False),
+                              ("shared_warm", False)):
+            got = _node(n_groups, world, ranks, env, private)
+            modes[mode] = {
+                "ranks": got, "sum_pss_mb": sum(g["pss_mb"] for g in got),
+                "sum_rss_mb": sum(g["rss_mb"] for g in got),
+                "median_build_s": float(np.median([g["build_s"] for g in got])),
+                "max_build_s": max(g["build_s"] for g in got),
+                "median_extra_rss_mb": float(np.median([g["extra_rss_mb"] for g in got]))}
+            m = modes[mode]
+            print(f"{mode:12} {ranks} ranks: PSS {m['sum_pss_mb']:7.0f} MB together, RSS "
+                  f"{m['sum_rss_mb']:7.0f} MB, peak extra per rank "
+                  f"{m['median_extra_rss_mb']:6.0f} MB, build {m['median_build_s']:.2f} s "
+                  f"(slowest {m['max_build_s']:.2f} s)", flush=True)
+    finally:
+        import shutil
+
+        shutil.rmtree(share_dir, ignore_errors=True)
+    path = write_results("plan_scale_node", {"row_groups": n_groups, "world": world,
+                                             "ranks_on_host": ranks, "modes": modes})
+    print(f"results: {path}")
+    return 0
+
+
 def point(n_groups: int, world: int, rank: int) -> dict[str, Any]:
     path = index_path(n_groups)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
@@ -215,6 +280,12 @@ def main() -> int:
     parser.add_argument("--index", type=Path,
                         help="a synthetic dataset (index + manifest) already written")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--ranks-on-host", type=int, metavar="N",
+                        help="N ranks of one node at once (--row-groups, --world), with the "
+                             "index private per rank and shared (loaders.shared_index, cold "
+                             "and warm): each rank's RSS and PSS (its share of shared pages)")
+    parser.add_argument("--hold", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--private", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--make-index", nargs=2, metavar=("N", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.make_index:
@@ -222,13 +293,24 @@ def main() -> int:
         make_index(int(args.make_index[0]), root / "synthetic.sfidx")
         write_manifest_for(root / "synthetic.sfidx", root)
         return 0
+    if args.ranks_on_host and not args.hold:
+        return ranks_on_host(args.row_groups or SIZES[1], args.world or 10_000,
+                             args.ranks_on_host)
     if args.world is not None:
         n = args.row_groups or SIZES[0]
         rank = args.world - 1 if args.rank is None else args.rank
         if args.index is None:  # measure in a fresh child, never next to the index build
             print(json.dumps(point(n, args.world, rank)))
             return 0
+        if args.private:
+            import loaders.shared_index
+
+            loaders.shared_index.MIN_INDEX_BYTES = 1 << 62
         result = measure(args.index, args.world, rank)
+        if args.hold:  # measured while the other ranks of the node are alive too
+            print("READY", flush=True)
+            sys.stdin.readline()
+            result["rss_mb"], result["pss_mb"] = _status_mb("VmRSS"), _pss_mb()
         print(json.dumps(result) if args.json else result)
         return 0
     from benchmarks.bench_utils import RESULTS, median, write_results

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from loaders import shared_index
 from storage import Manifest, ManifestError, ReplicaSet, tokens
 from storage.format.checksums import SHA256, piece_key
 from storage.format.index import (
@@ -86,17 +87,11 @@ class RowGroupIndex(ProcessLocal):
 
     def __init__(self, group_tokens: np.ndarray, first_group: np.ndarray, encoding: str,
                  locations: Locations | None = None, manifest: Manifest | None = None,
-                 cache: PieceCache | None = None) -> None:
-        group_tokens = np.asarray(group_tokens)
-        first_group = np.asarray(first_group, dtype=np.int64)
-        counts = np.diff(first_group)
-        self.shard_of = np.repeat(np.arange(len(counts), dtype=np.int32 if len(counts) < 1 << 31
-                                            else np.int64), counts)
-        # int32: a shard has far fewer than 2**31 row groups; 4 bytes per row group each
-        self.group_of = (np.arange(len(group_tokens), dtype=np.int64)
-                         - first_group[self.shard_of]).astype(np.int32)
-        self.starts = np.concatenate([[0], np.cumsum(group_tokens, dtype=np.int64)])
-        self.group_tokens = group_tokens
+                 cache: PieceCache | None = None,
+                 arrays: dict[str, np.ndarray] | None = None) -> None:
+        a = arrays if arrays is not None else self.arrays(group_tokens, first_group)
+        self.shard_of, self.group_of = a["shard_of"], a["group_of"]
+        self.starts, self.group_tokens = a["starts"], a["group_tokens"]
         #: how ``input_ids`` is encoded (checked here, so a bad manifest fails before any read)
         self.encoding = encoding
         tokens.dtype_of(self.encoding)
@@ -106,20 +101,45 @@ class RowGroupIndex(ProcessLocal):
         self._cache = cache
         self._lock = threading.Lock()
 
+    @staticmethod
+    def arrays(group_tokens: np.ndarray, first_group: np.ndarray) -> dict[str, np.ndarray]:
+        """The per-row-group arrays from the index's ``tokens`` and ``first_group``."""
+        group_tokens = np.asarray(group_tokens)
+        first_group = np.asarray(first_group, dtype=np.int64)
+        counts = np.diff(first_group)
+        shard_of = np.repeat(np.arange(len(counts), dtype=np.int32 if len(counts) < 1 << 31
+                                       else np.int64), counts)
+        # int32: a shard has far fewer than 2**31 row groups; 4 bytes per row group each
+        group_of = (np.arange(len(group_tokens), dtype=np.int64)
+                    - first_group[shard_of]).astype(np.int32)
+        starts = np.concatenate([[0], np.cumsum(group_tokens, dtype=np.int64)])
+        return {"shard_of": shard_of, "group_of": group_of, "starts": starts,
+                "group_tokens": group_tokens}
+
     @classmethod
     def open(cls, store: ReplicaSet, manifest: Manifest,
-             cache: PieceCache | None = None) -> RowGroupIndex:
+             cache: PieceCache | None = None, shared_dir: str | None = None) -> RowGroupIndex:
         """From a v2 manifest's index (the plan's columns now, the rest on first read) or a
-        v1 manifest's inline shards."""
+        v1 manifest's inline shards. ``shared_dir``: a large index's arrays are mapped from
+        this host's copy there (:mod:`loaders.shared_index`), built from the store once."""
         encoding = manifest.schema.get("input_ids", tokens.LEGACY_LIST)
         if manifest.index is None:
             digest = digest_algorithm(manifest.shards)
             cols = read_index(build_index(manifest.shards, digest))
             return cls(cols["tokens"], cols["first_group"], encoding,
                        Locations.from_columns(cols, digest))
-        cols = fetch_columns(store, manifest.index, LOADER_PLAN_COLUMNS, cache)
-        check_counts(manifest, cols)
-        return cls(cols["tokens"], cols["first_group"], encoding, None, manifest, cache)
+        ref = manifest.index
+
+        def build() -> dict[str, np.ndarray]:
+            cols = fetch_columns(store, ref, LOADER_PLAN_COLUMNS, cache)
+            check_counts(manifest, cols)
+            return cls.arrays(cols["tokens"], cols["first_group"])
+
+        if shared_dir is not None and ref.bytes >= shared_index.MIN_INDEX_BYTES:
+            arrays = shared_index.shared_arrays(shared_dir, f"{ref.sha256[:16]}-groups", build)
+        else:
+            arrays = build()
+        return cls(None, None, encoding, None, manifest, cache, arrays)  # type: ignore[arg-type]
 
     def __len__(self) -> int:
         return len(self.shard_of)

@@ -25,7 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from loaders import plan
+from loaders import plan, shared_index
 from loaders.cache import ChunkCache
 from loaders.prefetch import PrefetchingWindows
 from loaders.reader import RowGroupIndex, TokenReader
@@ -90,13 +90,20 @@ class GroupPlan:
     it is O(row groups) time in chunks plus O(its samples). ``benchmarks/plan_scale.py`` runs
     exactly this from a synthetic index."""
 
-    def __init__(self, group_tokens: np.ndarray, settings: LoaderSettings) -> None:
+    def __init__(self, group_tokens: np.ndarray, settings: LoaderSettings,
+                 group_samples: np.ndarray | None = None) -> None:
         self.settings = settings
         self.seq_len = settings.seq_len
-        samples = plan.group_samples(group_tokens, self.seq_len)
-        small = len(samples) == 0 or int(samples.max()) < 1 << 31
-        self.group_samples = samples.astype(np.int32 if small else np.int64)
+        if group_samples is None:  # else given: samples per row group, already counted
+            group_samples = self.count_samples(group_tokens, self.seq_len)
+        self.group_samples = group_samples
         self.n_samples = int(self.group_samples.sum(dtype=np.int64))
+
+    @staticmethod
+    def count_samples(group_tokens: np.ndarray, seq_len: int) -> np.ndarray:
+        samples = plan.group_samples(group_tokens, seq_len)
+        small = len(samples) == 0 or int(samples.max()) < 1 << 31
+        return samples.astype(np.int32 if small else np.int64)
 
     def plan_identity(self) -> dict[str, Any]:
         p = self.settings.plan
@@ -142,11 +149,24 @@ class DatasetSource(ProcessLocal):
             raise ValueError("position_ids need the tokenizer's EOS id; the manifest has none")
         # The plan's column of the index (v2; a v1 manifest's inline shards otherwise), once,
         # through the local cache when one is set; the read columns come on the first read.
-        self.index = RowGroupIndex.open(self.store, self.manifest, self._cache())
-        self.plan = GroupPlan(self.index.group_tokens, settings)
+        # A large index's arrays are mapped from this host's one copy (loaders.shared_index).
+        shared = shared_index.index_dir(settings.read.cache_dir)
+        self.index = RowGroupIndex.open(self.store, self.manifest, self._cache(), shared)
+        ref, group_tokens = self.manifest.index, self.index.group_tokens
+
+        def samples() -> dict[str, np.ndarray]:
+            counts = GroupPlan.count_samples(group_tokens, self.seq_len)
+            return {"group_samples": counts,
+                    "first_sample": np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])}
+
+        if ref is not None and ref.bytes >= shared_index.MIN_INDEX_BYTES:
+            arrays = shared_index.shared_arrays(
+                shared, f"{ref.sha256[:16]}-samples-{self.seq_len}", samples)
+        else:
+            arrays = samples()
+        self.plan = GroupPlan(group_tokens, settings, arrays["group_samples"])
         self.n_samples = self.plan.n_samples
-        self.first_sample = np.concatenate([[0], np.cumsum(self.plan.group_samples,
-                                                           dtype=np.int64)])
+        self.first_sample = arrays["first_sample"]
         self._reader: TokenReader | None = None
 
     def plan_identity(self) -> dict[str, Any]:
