@@ -98,6 +98,10 @@ S3_CONFIGS = ("shardflow_local", "shardflow_s3", "shardflow_s3_cached", "shardfl
               "pyarrow_rowgroups", "litdata_inproc", "litdata_s3", "litdata_s3_boto3",
               "litdata_s3_w2fs",
               "mosaic_inproc", "mosaic_s3")
+#: the default run (a few minutes): Shardflow and litdata, local and from S3, 3 interleaved
+#: rounds, each a fresh process timed from its start (imports included)
+DEFAULT_CONFIGS = ("shardflow_local", "litdata_inproc", "shardflow_s3", "litdata_s3",
+                   "litdata_s3_boto3")
 QUICK_CONFIGS = ("shardflow_local", "shardflow_s3", "shardflow_s3_cached", "pyarrow_rowgroups",
                  "mosaic_inproc", "mosaic_s3", "litdata_inproc", "litdata_s3")
 
@@ -313,8 +317,11 @@ def _make_source(config: str, spec: dict[str, Any]) -> Callable[[], Iterator[Any
             import os
 
             os.environ["SHARDFLOW_S3_CLIENT"] = "s3fs"
-        return lambda: iter(build_dataloader(url, BATCH, SEQ, num_workers=workers,
-                                             storage_options=options, **extra))
+        def shardflow() -> Iterator[Any]:
+            _LAST["loader"] = loader = build_dataloader(url, BATCH, SEQ, num_workers=workers,
+                                                        storage_options=options, **extra)
+            return iter(loader)
+        return shardflow
     if kind == "pyarrow":
         import pyarrow.parquet as pq
         import torch  # noqa: F401  (imported before the clock starts, as the loaders' is)
@@ -397,6 +404,9 @@ def _make_source(config: str, spec: dict[str, Any]) -> Callable[[], Iterator[Any
     raise ValueError(config)
 
 
+_LAST: dict[str, Any] = {}  # the Shardflow loader of the last epoch (its request counter)
+
+
 def _count_tokens(item: Any) -> int:
     if isinstance(item, dict):
         return int(item["input_ids"].numel())
@@ -438,7 +448,16 @@ def _shardflow_resume(config: str, spec: dict[str, Any], runs: int) -> dict[str,
 
 
 def run_child(config: str, spec: dict[str, Any]) -> dict[str, Any]:
-    """Run ``spec["runs"]`` epochs of ``config`` here; report times, CPU and RSS."""
+    """Run ``spec["runs"]`` epochs of ``config`` here; report times, CPU and RSS.
+
+    ``spawn_wall``: when the parent started this process (``time.time()``): the first epoch's
+    first batch is also timed from then, as a user's job would see it (interpreter start,
+    imports, construction, first batch); ``torch_import_s`` is the part torch's import took.
+    """
+    t_torch = time.perf_counter()
+    import torch  # noqa: F401  (every loader here imports it; timed on its own)
+
+    torch_import_s = time.perf_counter() - t_torch
     source = _make_source(config, spec)
     if config.endswith("_cached"):  # one epoch fills the fresh cache; the measured ones hit it
         for _ in source():
@@ -449,21 +468,32 @@ def run_child(config: str, spec: dict[str, Any]) -> dict[str, Any]:
         cpu0, t0 = _cpu_s(), time.perf_counter()
         tokens = batches = 0
         first = None
+        first_wall = None
         for item in source():
             if first is None:
                 first = time.perf_counter() - t0
+                first_wall = time.time()
             tokens += _count_tokens(item)
             batches += 1
         seconds = time.perf_counter() - t0
-        runs.append({"seconds": seconds, "tokens": tokens, "batches": batches,
-                     "cpu_s": _cpu_s() - cpu0, "first_batch_s": first})
+        run = {"seconds": seconds, "tokens": tokens, "batches": batches,
+               "cpu_s": _cpu_s() - cpu0, "first_batch_s": first,
+               # the rate once streaming: the epoch less its first batch
+               "after_first_mtok_per_s": (tokens - BATCH * SEQ) / (seconds - first) / 1e6}
+        if not runs and spec.get("spawn_wall") and first_wall is not None:
+            run["first_batch_from_start_s"] = first_wall - spec["spawn_wall"]
+            run["epoch_from_start_s"] = time.time() - spec["spawn_wall"]
+        loader = _LAST.pop("loader", None)
+        if loader is not None:
+            run["requests"] = loader.source.metrics().get("requests")
+        runs.append(run)
     out: dict[str, Any] = {
-        "runs": runs, "rss_ready_mb": rss_ready,
+        "runs": runs, "rss_ready_mb": rss_ready, "torch_import_s": torch_import_s,
         "peak_rss_mb": _status_mb("VmHWM"),
         # The largest reaped DataLoader worker; it counts the pages it shares with this
         # process (torch, the dataset object) as its own.
         "peak_worker_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
-    if config in ("shardflow_local", "shardflow_s3"):
+    if config in ("shardflow_local", "shardflow_s3") and spec.get("resume", True):
         out["resume"] = _shardflow_resume(config, spec, spec["runs"])
     return out
 
@@ -499,6 +529,11 @@ def measure_rounds(configs: tuple[str, ...], spec: dict[str, Any],
         out["mtok_per_s"] = median([r["tokens"] / r["seconds"] / 1e6 for r in runs])
         out["cpu_s_per_gtok"] = median([r["cpu_s"] / r["tokens"] * 1e9 for r in runs])
         out["first_batch_s"] = median([r["first_batch_s"] for r in runs])
+        out["after_first_mtok_per_s"] = median([g["after_first_mtok_per_s"] for g in got])
+        for key in ("first_batch_from_start_s", "epoch_from_start_s",
+                    "server_cpu_s_per_gtok", "requests", "torch_import_s"):
+            if all(g.get(key) is not None for g in got):
+                out[key] = median([g[key] for g in got])
         if all("resume_s" in g for g in got):
             out["resume_s"] = median([g["resume_s"] for g in got])
             out["resume"] = [g["resume"] for g in got]
@@ -512,10 +547,12 @@ def measure(config: str, spec: dict[str, Any], attempts: int = 2) -> dict[str, A
     A failed configuration is tried once more: on a loaded machine torch's shared-memory
     manager (``file_system`` sharing) can time out, which says nothing about the loader.
     """
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", config,
-           "--spec", json.dumps(spec)]
     for attempt in range(1, attempts + 1):
+        server0 = _server_cpu_s(spec.get("server_pids", []))
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", config,
+               "--spec", json.dumps({**spec, "spawn_wall": time.time()})]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        server_cpu = _server_cpu_s(spec.get("server_pids", [])) - server0
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
         if proc.returncode == 0 and lines:
             break
@@ -533,7 +570,33 @@ def measure(config: str, spec: dict[str, Any], attempts: int = 2) -> dict[str, A
            "first_batch_s": median([r["first_batch_s"] for r in runs])}
     if "resume" in raw:
         out["resume_s"] = median(raw["resume"]["build_load_first_s"])
+    if "_s3" in config:  # the S3 server's own CPU over the whole process (its every epoch)
+        out["server_cpu_s_per_gtok"] = server_cpu / (tokens * len(runs)) * 1e9
+    for key in ("first_batch_from_start_s", "epoch_from_start_s"):
+        if key in runs[0]:
+            out[key] = runs[0][key]
+    out["after_first_mtok_per_s"] = median([r["after_first_mtok_per_s"] for r in runs])
+    if runs[0].get("requests") is not None:
+        out["requests"] = median([r["requests"] for r in runs])
+    elif config.startswith("litdata") and "_s3" in config:
+        out["requests"] = spec.get("litdata_chunks")  # one whole-chunk GET per chunk
     return out
+
+
+def _server_cpu_s(pids: list[int]) -> float:
+    """User + system CPU-seconds of the S3 server's processes so far (``/proc/PID/stat``)."""
+    import os
+
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # utime, stime, cutime, cstime: fields 14-17 of stat(5), 12-15 after the name
+        total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 # -- the parent: data, server, table, plot -----------------------------------------------------
@@ -545,7 +608,8 @@ def _upload(local: Path, store: Any, prefix: str) -> None:
         store.put(f"{prefix}/{path.relative_to(local).as_posix()}", path.read_bytes())
 
 
-def prepare(workdir: Path, n_tokens: int, server: Any) -> dict[str, Any]:
+def prepare(workdir: Path, n_tokens: int, server: Any,
+            configs: tuple[str, ...] = CONFIGS) -> dict[str, Any]:
     from benchmarks.bench_utils import write_token_dataset
     from storage import ReplicaSet
 
@@ -561,28 +625,35 @@ def prepare(workdir: Path, n_tokens: int, server: Any) -> dict[str, Any]:
     spec = {"local_url": str(data / "shardflow"), "s3_url": f"{bucket.url}/ds",
             "s3_options": bucket.storage_options, "mds_dir": str(data / "mds"),
             "litdata_dir": str(data / "litdata"), "samples": len(samples), "shards": shards}
+    spec["server_pids"] = list(server.pids) if server is not None else []
+    kinds = {c.split("_")[0] for c in configs}
     steps: list[tuple[str, Callable[[], Any]]] = [
         ("shardflow local", lambda: write_token_dataset(
             ReplicaSet.from_urls([spec["local_url"]]), tokens, shards)),
         ("shardflow s3", lambda: write_token_dataset(
             ReplicaSet.from_urls([spec["s3_url"]], bucket.storage_options), tokens, shards)),
-        ("mds", lambda: write_mds(samples, Path(spec["mds_dir"]))),
-        ("litdata", lambda: write_litdata(samples, Path(spec["litdata_dir"]))),
     ]
+    if "mosaic" in kinds:
+        steps.append(("mds", lambda: write_mds(samples, Path(spec["mds_dir"]))))
+    if "litdata" in kinds:
+        steps.append(("litdata", lambda: write_litdata(samples, Path(spec["litdata_dir"]))))
     if server is not None:
         spec["mds_s3"] = f"{bucket.url}/mds"
         spec["litdata_s3"] = f"{bucket.url}/litdata"
         upload = ReplicaSet.from_urls([bucket.url], bucket.storage_options)
-        steps += [
-            ("mds -> s3", lambda: _upload(Path(spec["mds_dir"]), upload, "mds")),
-            ("litdata -> s3", lambda: _upload(Path(spec["litdata_dir"]), upload, "litdata")),
-        ]
+        if "mosaic" in kinds:
+            steps.append(("mds -> s3", lambda: _upload(Path(spec["mds_dir"]), upload, "mds")))
+        if "litdata" in kinds:
+            steps.append(("litdata -> s3",
+                          lambda: _upload(Path(spec["litdata_dir"]), upload, "litdata")))
     spec["write_s"] = {}
     for name, step in steps:
         t0 = time.perf_counter()
         step()
         spec["write_s"][name] = time.perf_counter() - t0
         print(f"  wrote {name} in {spec['write_s'][name]:.1f} s")
+    if "litdata" in kinds:
+        spec["litdata_chunks"] = len(list(Path(spec["litdata_dir"]).glob("*.bin")))
     return spec
 
 
@@ -624,6 +695,25 @@ def summarise(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
         summary["s3_peers_lowest_cpu_s_per_gtok"] = s3_peers[frugal]["cpu_s_per_gtok"]
         summary["s3_first_batch_best_s3_peer_s"] = min(v["first_batch_s"]
                                                        for v in s3_peers.values())
+    if s3_peers and sf and "after_first_mtok_per_s" in sf:
+        best = max(s3_peers, key=lambda k: s3_peers[k].get("after_first_mtok_per_s", 0))
+        summary["s3_after_first_best_s3_peer"] = best
+        summary["s3_after_first_x_best_s3_peer"] = (
+            sf["after_first_mtok_per_s"] / s3_peers[best]["after_first_mtok_per_s"])
+    # per billion tokens delivered (the stored widths differ: uint16 here, litdata's int32)
+    for r in ok.values():
+        if r.get("requests") is not None:
+            r["requests_per_gtok"] = r["requests"] / r["tokens"] * 1e9
+    for where, peer in (("local", "litdata_inproc"), ("s3", None)):
+        r = ok.get(f"shardflow_{where}")
+        others = ({peer: ok[peer]} if peer in ok else {}) if peer else s3_peers
+        others = {k: v for k, v in others.items() if "first_batch_from_start_s" in v}
+        if r and "first_batch_from_start_s" in r and others:
+            fastest = min(others, key=lambda k: others[k]["first_batch_from_start_s"])
+            summary[f"first_batch_from_start_{where}_s"] = r["first_batch_from_start_s"]
+            summary[f"first_batch_from_start_{where}_peer"] = fastest
+            summary[f"first_batch_from_start_{where}_peer_s"] = (
+                others[fastest]["first_batch_from_start_s"])
     cached, local = ok.get("shardflow_s3_cached"), ok.get("shardflow_local")
     if cached and local:
         summary["s3_cached_x_local"] = cached["mtok_per_s"] / local["mtok_per_s"]
@@ -643,6 +733,21 @@ def print_table(results: dict[str, dict[str, Any]], summary: dict[str, Any]) -> 
         print(f"{name:20} {r['mtok_per_s']:8.1f} {r.get('x_peers_best_rate', 0):7.2f} "
               f"{r['cpu_s_per_gtok']:11.1f} {r.get('x_peers_lowest_cpu', 0):8.2f} "
               f"{r['first_batch_s']:8.2f}s {r['peak_rss_mb']:7.0f}MB {worker}")
+    print()
+    head = (f"{'config':20} {'after 1st':>9} {'1st from start':>14} {'torch import':>12} "
+            f"{'requests':>8} {'req/Gtok':>8} {'server CPU s/Gtok':>17}")
+    print(head)
+    print("-" * len(head))
+    for name, r in results.items():
+        if "error" in r:
+            continue
+
+        def f(key: str, fmt: str, r: dict[str, Any] = r) -> str:
+            return format(r[key], fmt) if r.get(key) is not None else "-"
+        print(f"{name:20} {f('after_first_mtok_per_s', '9.1f'):>9} "
+              f"{f('first_batch_from_start_s', '13.2f'):>14} {f('torch_import_s', '11.2f'):>12} "
+              f"{f('requests', '8.0f'):>8} {f('requests_per_gtok', '8.0f'):>8} "
+              f"{f('server_cpu_s_per_gtok', '17.1f'):>17}")
     print()
     for key, value in summary.items():
         print(f"  {key}: {value:.3f}" if isinstance(value, float) else f"  {key}: {value}")
@@ -714,8 +819,13 @@ def workers_sweep(args: argparse.Namespace) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tokens", type=float, default=200e6, help="tokens in the dataset")
-    parser.add_argument("--runs", type=int, default=5, help="epochs per configuration")
+    parser.add_argument("--tokens", type=float, default=None,
+                        help="tokens in the dataset (default 50 M; --full, --s3: 200 M)")
+    parser.add_argument("--runs", type=int, default=None,
+                        help="rounds / epochs per configuration (default 3; --full 5)")
+    parser.add_argument("--full", action="store_true",
+                        help="the full sweep (CONFIGS: every Shardflow setting and both peers "
+                             "in-process and with workers, 200 M tokens, 5 runs; ~15+ min)")
     parser.add_argument("--quick", action="store_true",
                         help="~10 M tokens, 2 runs, fewer configurations (smoke test)")
     parser.add_argument("--configs", default=None, help="comma-separated subset of configs")
@@ -742,11 +852,16 @@ def main() -> int:
         return workers_sweep(args)
     from loopback_s3 import start_servers
 
-    n_tokens, runs, configs = int(args.tokens), args.runs, CONFIGS
+    # default: DEFAULT_CONFIGS, 50 M tokens, 3 interleaved rounds from process start (minutes)
+    n_tokens, runs, configs, rounds = 50_000_000, 3, DEFAULT_CONFIGS, True
+    if args.full or args.s3:
+        n_tokens, runs, configs, rounds = 200_000_000, 5, CONFIGS, False
+    if args.s3:
+        runs, configs, rounds = 3, S3_CONFIGS, True
     if args.quick:
         n_tokens, runs, configs = 10_000_000, 2, QUICK_CONFIGS
-    if args.s3:
-        configs = S3_CONFIGS
+    n_tokens = int(args.tokens) if args.tokens else n_tokens
+    runs = args.runs or runs
     if args.configs:
         configs = tuple(args.configs.split(","))
     args.workdir.mkdir(parents=True, exist_ok=True)
@@ -755,12 +870,13 @@ def main() -> int:
     t_start = time.perf_counter()
     (server,) = start_servers(1)
     try:
-        spec = prepare(args.workdir, n_tokens, server)
+        spec = prepare(args.workdir, n_tokens, server, configs)
         spec["runs"] = runs
+        spec["resume"] = args.full or args.s3 or args.quick
         results = {}
-        if args.s3:
+        if rounds:
             results = measure_rounds(configs, spec, runs)
-        for config in () if args.s3 else configs:
+        for config in () if rounds else configs:
             results[config] = measure(config, spec)
             r = results[config]
             if "error" not in r:
@@ -770,7 +886,7 @@ def main() -> int:
         server.stop()
         shutil.rmtree(args.workdir / f"data-{n_tokens}", ignore_errors=True)
     name = ("loader_throughput_quick" if args.quick else "loader_throughput_s3" if args.s3
-            else "loader_throughput")
+            else "loader_throughput" if args.full else "loader_throughput_default")
     previous = RESULTS / f"{name}.json"
     if args.update and previous.exists():
         old = json.loads(previous.read_text())
