@@ -15,15 +15,14 @@ hold, and for how long, is :mod:`loaders.prefetch`'s job.
 
 A shard on a local replica is memory-mapped (:class:`MappedShards`) instead of read: a piece
 is verified in place and pyarrow decodes it straight from the mapping. A piece held in memory
-is decoded through :class:`_RangeFile`, a Python file object, and pyarrow calls back into
-Python for its bytes: a hand-off to Arrow's I/O thread and a GIL acquisition per row group,
-which on a loaded host cost a noticeable share of the rate (``benchmarks/loader_throughput.py``;
-figures in benchmarks/README.md).
+is decoded through :class:`storage.io.range_file.RangeFile`, a Python file object, and pyarrow
+calls back into Python for its bytes: a hand-off to Arrow's I/O thread and a GIL acquisition
+per row group, which on a loaded host cost a noticeable share of the rate
+(``benchmarks/loader_throughput.py``; figures in benchmarks/README.md).
 """
 
 from __future__ import annotations
 
-import io
 import mmap
 import os
 import threading
@@ -48,43 +47,10 @@ from storage.format.layout import UnsafePathError
 from storage.io.clients import read_range
 from storage.io.local_paths import check_read
 from storage.io.process_local import ProcessLocal
+from storage.io.range_file import RangeFile
 from storage.io.replicas import InvalidObjectError
 
 __all__ = ["RowGroupIndex", "TokenReader"]
-
-
-class _RangeFile(io.RawIOBase):
-    """A read-only file of which only one verified byte range exists: what pyarrow asks for."""
-
-    def __init__(self, size: int, start: int, data: bytes, name: str) -> None:
-        self._size, self._start, self._data, self._name, self._pos = size, start, data, name, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self._pos, 2: self._size}[whence]
-        self._pos = base + offset
-        return self._pos
-
-    def size(self) -> int:
-        return self._size
-
-    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
-        want = min(len(buffer), self._size - self._pos)
-        lo = self._pos - self._start
-        if lo < 0 or lo + want > len(self._data):
-            raise OSError(f"{self._name}: read of [{self._pos}, {self._pos + want}) outside the "
-                          "row group located by the manifest (manifest and shard disagree)")
-        buffer[:want] = self._data[lo:lo + want]
-        self._pos += want
-        return want
 
 
 class MappedShards:
@@ -284,7 +250,7 @@ class TokenReader(ProcessLocal):
             gi = int(self.index.group_of[g])
             whole = mapped.get(start)
             source = (pa.BufferReader(pa.py_buffer(whole)) if whole is not None
-                      else _RangeFile(size, start, fetched[start], path))
+                      else RangeFile(size, start, fetched[start], path))
             table = pq.ParquetFile(source, metadata=meta).read_row_group(
                 gi, columns=["input_ids"], use_threads=False)
             out[g] = tokens.unpack(table.column(0), self.index.encoding)
