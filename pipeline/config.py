@@ -43,6 +43,11 @@ def _f(default: Any, help: str, *, manifest: bool = True, cli: bool = True) -> A
 class PipelineConfig:
     # -- inputs ------------------------------------------------------------------------------
     inputs: Annotated[list[str], _NOT_A_FLAG] = _f([], "files or globs", cli=False)
+    inputs_from: Annotated[str | None, Parameter(metavar="FILE")] = _f(
+        None, "also read the inputs listed in FILE (local or any fsspec URL), one per line: "
+        "URL SIZE [VERSION] (spaces), CSV url,size[,version] or JSON Lines "
+        '{"url", "size", "version"}; no listing, for millions of files. VERSION (ETag, mtime) '
+        "tells a changed file apart on a rerun", manifest=False)
     text_field: str = _f("text", "JSONL/CSV/Parquet field holding the text")
     id_field: str | None = _f(None, "field holding a document id (default: file:line, "
                               "file@offset or file#row)")
@@ -173,6 +178,8 @@ class PipelineConfig:
         d = asdict(self)
         out = {f.name: d[f.name] for f in fields(self) if f.metadata.get("manifest", True)}
         out["inputs"] = [display_url(u) for u in self.inputs]
+        if self.inputs_from:  # recorded only when used: other manifests keep their bytes
+            out["inputs_from"] = display_url(self.inputs_from)
         return out
 
 

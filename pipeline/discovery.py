@@ -88,16 +88,19 @@ def _parquet_row_groups(fs: Any, path: str) -> tuple[int, ...]:
         return ()
 
 
+def _tag(info: dict[str, Any]) -> Any:
+    return info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified")
+
+
 def _version(info: dict[str, Any]) -> str:
-    tag = info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified")
-    return f"{info.get('size')}:{tag}"
+    return f"{info.get('size')}:{_tag(info)}"
 
 
 def _format_codes(url: str, cache: dict[str, tuple[int, int]]) -> tuple[int, int]:
     """``(format code, compression code)`` of a file: :func:`detect_format` depends only on
-    the name's last 12 characters (a compression suffix and ``.parquet`` at most), so one
-    call per distinct ending."""
-    tail = url[-12:].lower()
+    the name's last two dot-suffixes (``.jsonl.zst``), so one call per distinct ending."""
+    last = url.rfind(".")
+    tail = url[max(url.rfind(".", 0, last), last, 0):].lower() if last >= 0 else url
     codes = cache.get(tail)
     if codes is None:
         fmt, compression = detect_format(url)
@@ -120,9 +123,14 @@ def _listing_pages(loc: Any, spec: str) -> Iterator[list[tuple[str, dict[str, An
     paged = _pager(loc.fs)
     if paged is not None and folder and not any(c in folder for c in "*?[") and "**" not in last:
         pattern = re.compile(glob_translate(loc.root))
+        # "*.jsonl", the usual glob: a suffix test per name (the listing is of one folder)
+        plain = last[1:] if last.startswith("*") and not any(c in last[1:] for c in "*?[") \
+            else None
         found = False
         for page in paged(folder):
-            kept = [(info["name"], info) for info in page if pattern.match(info["name"])]
+            kept = ([(info["name"], info) for info in page if info["name"].endswith(plain)]
+                    if plain is not None else
+                    [(info["name"], info) for info in page if pattern.match(info["name"])])
             if kept:
                 found = True
                 yield kept
@@ -208,9 +216,14 @@ def discover_table(inputs: list[str], storage_options: dict[str, Any] | None = N
                                      f"pass a glob such as {match}/*.jsonl")
             urls = [m for m, _ in page] if strip is None else strip([m for m, _ in page])
             fc = [_format_codes(u, codes) for u in urls]
-            builder.add_page(urls, [int(i.get("size") or 0) for _, i in page],
-                             [_version(i) for _, i in page], [f for f, _ in fc],
-                             [c for _, c in fc])
+            raw = [i.get("size") for _, i in page]
+            if all(type(r) is int for r in raw):  # version = f"{size}:{tag}": the tags alone
+                builder.add_page(urls, raw, None, [f for f, _ in fc], [c for _, c in fc],
+                                 tags=[str(_tag(i)) for _, i in page])
+            else:
+                builder.add_page(urls, [int(r or 0) for r in raw],
+                                 [_version(i) for _, i in page], [f for f, _ in fc],
+                                 [c for _, c in fc])
     if inputs_from:
         for urls, sizes, versions in read_inputs_from(inputs_from, storage_options):
             fc = [_format_codes(u, codes) for u in urls]

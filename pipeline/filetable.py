@@ -206,8 +206,10 @@ class TableBuilder:
         self._last: str | None = None
         self.n = 0
 
-    def add_page(self, urls: list[str], sizes: list[int], versions: list[str],
-                 formats: list[int], compressions: list[int]) -> None:
+    def add_page(self, urls: list[str], sizes: list[int], versions: list[str] | None,
+                 formats: list[int], compressions: list[int],
+                 tags: list[str] | None = None) -> None:
+        """``tags`` instead of ``versions``: each version is ``f"{size}:{tag}"``."""
         if not urls:
             return
         if self.sorted and ((self._last is not None and not self._last < urls[0])
@@ -215,7 +217,12 @@ class TableBuilder:
             self.sorted = False
         self._last = urls[-1]
         self.urls.append_page(urls)
-        self.versions.append_page(_version_suffixes(sizes, versions))
+        if tags is not None and not any(t.startswith(_LITERAL) for t in tags):
+            self.versions.append_page(tags)
+        else:
+            self.versions.append_page(_version_suffixes(
+                sizes, versions if versions is not None else
+                [f"{s}:{t}" for s, t in zip(sizes, tags or [], strict=True)]))
         self._sizes.append(np.asarray(sizes, dtype=np.int64))
         self._formats.append(np.asarray(formats, dtype=np.uint8))
         self._compressions.append(np.asarray(compressions, dtype=np.uint8))

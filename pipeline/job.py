@@ -26,24 +26,27 @@ tests/pipeline/test_memory.py.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, TextIO, TypeVar
 
+import numpy as np
 from distributed import Client, Future
 
 from pipeline import shuffle, tokenizing, work
 from pipeline.cluster import dask_client
 from pipeline.config import PipelineConfig
-from pipeline.discovery import default_corpus, discover
-from pipeline.plan import Partition, auto_partition_bytes, plan_partitions, task_groups
+from pipeline.discovery import default_corpus, discover_table
+from pipeline.filetable import FileTable
+from pipeline.plan import PartitionPlan, auto_partition_bytes, task_groups
 from pipeline.progress import ProgressBar
 from pipeline.records import StrictModeError
 from pipeline.shards import schema_description
@@ -157,13 +160,13 @@ def build_manifest(cfg: PipelineConfig, tok: tokenizing.TokenizerSpec,
     )
 
 
-def _train_tokenizer(client: Client, cfg: PipelineConfig, parts: list[Partition],
+def _train_tokenizer(client: Client, cfg: PipelineConfig, plan: PartitionPlan,
                      vocab: int, window: TaskWindow) -> tokenizing.TokenizerSpec:
     """Train on the first ``tokenizer_sample_bytes / P`` characters of every partition."""
-    quota = max(1, cfg.tokenizer_sample_bytes // max(1, len(parts)))
-    samples = window.map(lambda p: client.submit(
-        sample_texts, p, cfg.read_options, cfg.cleaning, quota,
-        HiddenOptions(cfg.storage_options), pure=False, retries=cfg.retries), parts)
+    quota = max(1, cfg.tokenizer_sample_bytes // max(1, len(plan)))
+    samples = window.map(lambda i: client.submit(
+        sample_texts, plan[i], cfg.read_options, cfg.cleaning, quota,
+        HiddenOptions(cfg.storage_options), pure=False, retries=cfg.retries), range(len(plan)))
     texts = [t for sample in samples for t in sample]  # partition order: deterministic
     return tokenizing.train_bpe(texts, vocab)
 
@@ -175,24 +178,52 @@ def _named(shard: dict[str, Any] | None, index: int) -> bool:
         return False
 
 
+def _phase_two_started(scratch: ReplicaSet) -> bool:
+    """Whether any phase 2 or shuffle left files (under any run key): one small listing."""
+    loc = scratch.replicas[0].loc
+    try:
+        return bool(loc.fs.ls(loc.path(f"{work.WORK_DIR}/p2"), detail=False))
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # cannot tell: read the phase-2 state
+
+
 def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
-             tok: tokenizing.TokenizerSpec, parts: list[Partition], bar: ProgressBar,
+             tok: tokenizing.TokenizerSpec, plan: PartitionPlan, bar: ProgressBar,
              workers: int, window: TaskWindow
              ) -> tuple[list[work.PhaseOne], list[work.PhaseTwo], int]:
     """Phase 1 of every partition, the dedup shuffle, phase 2: each through ``window``, so
     the tasks alive on the scheduler and in the driver are bounded by the cluster's size,
-    never by the number of partitions."""
+    never by the number of partitions.
+
+    Partitions, their keys and their work-file names are made one at a time as tasks are
+    submitted (``plan`` is compact, :class:`pipeline.plan.PartitionPlan`); what earlier runs
+    finished is read once per phase from the markers' ledgers (:func:`pipeline.work.read_state`).
+    """
     salt = json.dumps([cfg.for_manifest(), tok.sha256], sort_keys=True)
-    keys = [p.key(salt) for p in parts]
-    rkey = work.run_key(keys)
+    keys = plan.keys(salt)
+    n = len(plan)
     scratch = work.work_store(store)
-    # A phase-1 marker with rows but no shard entry is from an older version: redo it.
-    done1 = [d if d and (d.get("shard") or not d.get("rows")) else None
-             for d in work.markers(scratch, [work.done1_path(k) for k in keys])]
-    # So is a phase-2 marker whose shard is not under its content-addressed name.
-    done2 = [d if d and _named(d.get("shard"), p.index) else None
-             for p, d in zip(parts, work.markers(scratch, [work.done2_path(rkey, p.index)
-                                                       for p in parts]), strict=True)]
+    state1 = work.read_state(scratch, work.DONE1_DIR)
+    # The run key hashes every partition key: computed up front only when a phase 2 may have
+    # left markers under it; otherwise while phase 1's tasks are submitted (below).
+    rkey = work.run_key(keys) if _phase_two_started(scratch) else ""
+    twos: dict[int, work.PhaseTwo] = {}
+    if rkey:
+        state2 = work.read_state(scratch, work.done2_dir(rkey))
+        found2: Iterable[tuple[int, Any]]
+        if state2 is None:  # the store refuses to list: one read per partition
+            found2 = ((i, work.get_json(scratch, work.done2_path(rkey, i))) for i in range(n))
+        else:
+            found2 = ((d.get("index"), d) for path, d in state2.items()
+                      if isinstance(d, dict) and isinstance(d.get("index"), int)
+                      and 0 <= d["index"] < n and path == work.done2_path(rkey, d["index"]))
+        for i, d in found2:
+            # A phase-2 marker whose shard is not under its content-addressed name is from an
+            # older version: redo it.
+            if d and _named(d.get("shard"), i):
+                twos[i] = work.PhaseTwo.from_dict(d)
     params = StageParams(cfg.read_options, cfg.cleaning, cfg.dedup == "exact", cfg.near_dup,
                          (cfg.minhash_perms, cfg.minhash_bands, cfg.shingle_words), tok.sha256,
                          tok.vocab_size, tok.eos_id, cfg.encode_batch_docs,
@@ -200,68 +231,96 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
     tag = uuid.uuid4().hex[:8]
     opts: dict[str, Any] = {"pure": False, "retries": cfg.retries}
 
-    todo2 = [p for p, d in zip(parts, done2, strict=True) if d is None]
     dedup = cfg.dedup == "exact" or cfg.near_dup
     # Whose work files this run still reads: every partition's keys while any phase 2 is
     # left to do under dedup, else only the rows of partitions whose phase 2 is left.
-    reads = ({p.index for p in parts} if dedup and todo2 else {p.index for p in todo2})
+    read_all = dedup and len(twos) < n
+
+    def done1(k: str) -> dict[str, Any] | None:
+        path = work.done1_path(k)
+        d = state1.get(path) if state1 is not None else work.get_json(scratch, path)
+        # A phase-1 marker with rows but no shard entry is from an older version: redo it.
+        return d if d and (d.get("shard") or not d.get("rows")) else None
 
     ones: dict[int, work.PhaseOne] = {}
-    redo: list[tuple[Partition, str, work.PhaseOne | None]] = []
-    for p, k, d in zip(parts, keys, done1, strict=True):
-        earlier = work.PhaseOne.from_dict(d) if d else None
-        # Work files written without fsync are verified by a task before they are read again
-        # (a power loss may have kept the marker but not the files); a read, not a redo, when
-        # they are fine. Where they are not read again, the marker's counts are all we use.
-        if earlier and (earlier.durable or p.index not in reads):
-            ones[p.index] = earlier
-        else:
-            redo.append((p, k, earlier))
-    twos: dict[int, work.PhaseTwo] = {
-        p.index: work.PhaseTwo.from_dict(d) for p, d in zip(parts, done2, strict=True) if d}
-    bar.update(len(ones) + len(twos))
+    hasher = None if rkey else hashlib.sha256()
+    bar.update(len(twos))
 
-    def submit_one(task: tuple[Partition, str, work.PhaseOne | None]) -> Future:
-        p, k, earlier = task
-        return client.submit(phase_one, p, k, store, params, earlier,
-                             key=f"phase1-{p.index:05d}-{tag}", **opts)
+    def redo() -> Iterator[tuple[int, str, work.PhaseOne | None]]:
+        for i in range(n):
+            k = keys[i]
+            if hasher is not None:
+                hasher.update((f"\n{k}" if i else k).encode())
+            d = done1(k)
+            earlier = work.PhaseOne.from_dict(d) if d else None
+            # Work files written without fsync are verified by a task before they are read
+            # again (a power loss may have kept the marker but not the files); a read, not a
+            # redo, when they are fine. Where they are not read again, the marker's counts are
+            # all we use.
+            if earlier and (earlier.durable or not (read_all or i not in twos)):
+                ones[i] = earlier
+                bar.update(1)
+            else:
+                yield i, k, earlier
 
-    for _task, one in window.run(submit_one, redo):
+    def submit_one(task: tuple[int, str, work.PhaseOne | None]) -> Future:
+        i, k, earlier = task
+        return client.submit(phase_one, plan[i], k, store, params, earlier,
+                             key=f"phase1-{i:05d}-{tag}", **opts)
+
+    ledger1 = work.Compactor(scratch, work.DONE1_DIR)
+    for _task, one in window.run(submit_one, redo()):
         if one.error:
             raise StrictModeError(one.error)
         ones[one.index] = one
+        if not one.resumed:
+            ledger1.add(work.done1_path(one.key), one)
         bar.update(1, 0 if one.resumed else one.tokens)
+    ledger1.flush()
+    if hasher is not None:
+        rkey = hasher.hexdigest()[:24]  # == work.run_key(keys)
 
+    todo2 = np.setdiff1d(np.arange(n, dtype=np.int64),
+                         np.fromiter(twos, dtype=np.int64, count=len(twos)))
     drops: dict[int, shuffle.DropRange] = {}
-    if dedup and todo2:  # duplicates are known only once every partition's keys are
-        drops = _dedup(client, cfg, store, parts, keys, rkey, ones, tag, opts, window)
+    if dedup and len(todo2):  # duplicates are known only once every partition's keys are
+        drops = _dedup(client, cfg, store, n, keys, rkey, ones, tag, opts, window)
     # Re-encoded without their duplicates, one task each; the others are linked or copied,
     # several to a task.
-    kept = [p for p in todo2 if p.index not in drops]
-    tails: list[tuple[str, Any]] = [("one", p) for p in todo2 if p.index in drops]
-    tails += [("group", kept[lo:hi]) for lo, hi in task_groups(len(kept), workers)]
+    dropping = np.isin(todo2, np.fromiter(drops, dtype=np.int64, count=len(drops)))
+    kept = todo2[~dropping]
+
+    def tails() -> Iterator[tuple[str, Any]]:
+        for i in todo2[dropping]:
+            yield "one", int(i)
+        for lo, hi in task_groups(len(kept), workers):
+            yield "group", [int(i) for i in kept[lo:hi]]
 
     def submit_two(task: tuple[str, Any]) -> Future:
         kind, what = task
         if kind == "one":
-            return client.submit(phase_two, ones[what.index], rkey, store,
-                                 cfg.row_group_tokens, tok.vocab_size, drops[what.index],
-                                 key=f"phase2-{what.index:05d}-{tag}", **opts)
-        return client.submit(phase_two_each, [ones[p.index] for p in what], rkey, store,
+            return client.submit(phase_two, ones[what], rkey, store,
+                                 cfg.row_group_tokens, tok.vocab_size, drops[what],
+                                 key=f"phase2-{what:05d}-{tag}", **opts)
+        return client.submit(phase_two_each, [ones[i] for i in what], rkey, store,
                              cfg.row_group_tokens, tok.vocab_size,
-                             key=f"phase2-{what[0].index:05d}-{what[-1].index:05d}-{tag}",
+                             key=f"phase2-{what[0]:05d}-{what[-1]:05d}-{tag}",
                              **opts)
 
-    for _task, result in window.run(submit_two, tails):
+    ledger2 = work.Compactor(scratch, work.done2_dir(rkey))
+    for _task, result in window.run(submit_two, tails()):
         for two in result if isinstance(result, list) else [result]:
             twos[two.index] = two
+            if not two.resumed:
+                ledger2.add(work.done2_path(rkey, two.index), two)
         bar.update(len(result) if isinstance(result, list) else 1)
+    ledger2.flush()
     resumed = sum(1 for o in ones.values() if o.resumed)
     return list(ones.values()), list(twos.values()), resumed
 
 
-def _dedup(client: Client, cfg: PipelineConfig, store: ReplicaSet, parts: list[Partition],
-           keys: list[str], rkey: str, ones: dict[int, work.PhaseOne], tag: str,
+def _dedup(client: Client, cfg: PipelineConfig, store: ReplicaSet, n: int,
+           keys: Sequence[str], rkey: str, ones: dict[int, work.PhaseOne], tag: str,
            opts: dict[str, Any], window: TaskWindow) -> dict[int, shuffle.DropRange]:
     """The dedup shuffle (see :mod:`pipeline.shuffle`): where each partition's drops lie.
 
@@ -276,8 +335,8 @@ def _dedup(client: Client, cfg: PipelineConfig, store: ReplicaSet, parts: list[P
         return window.map(lambda i: client.submit(fn, *args[i], key=f"{name}-{i:07d}-{tag}",
                                                   **opts), range(len(args)))
 
-    return shuffle.run(on_dask, store, rkey, keys,
-                       [per_doc * ones[p.index].rows for p in parts], cfg.dedup_buckets).drops
+    return shuffle.run(on_dask, store, rkey, keys,  # type: ignore[arg-type]
+                       [per_doc * ones[i].rows for i in range(n)], cfg.dedup_buckets).drops
 
 
 T = TypeVar("T")
@@ -307,6 +366,20 @@ def run(cfg: PipelineConfig, log: TextIO | None = None, progress: bool = True) -
         lease.release()
 
 
+#: the input probe picks from at most this many URLs (evenly spread over a longer list)
+PROBE_CANDIDATES = 200_000
+
+
+def _probe_candidates(files: FileTable) -> list[str]:
+    """The URLs :func:`pipeline.worker_checks.probe_inputs` samples from: all of them up to
+    :data:`PROBE_CANDIDATES`, else that many evenly spread (10 M URLs as strings would cost
+    the driver ~1 GB for a sample of 36)."""
+    n = len(files)
+    picks = range(n) if n <= PROBE_CANDIDATES else (
+        i * n // PROBE_CANDIDATES for i in range(PROBE_CANDIDATES))
+    return [files.url(i) for i in picks]
+
+
 def _run(cfg: PipelineConfig, store: ReplicaSet, lease: Lease, log: TextIO,
          progress: bool) -> RunSummary:
     start = time.perf_counter()
@@ -315,17 +388,18 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: Lease, log: TextIO,
     # The tokenizer loads while the inputs are listed and the cluster starts; its errors
     # surface below, where its result is needed (a missing path fails here, at once).
     loading = None if vocab else _in_background(tokenizing.load, cfg.tokenizer, cfg.eos_token)
-    files = discover(cfg.inputs or default_corpus(), cfg.storage_options)
-    total_bytes = sum(f.size for f in files)
+    files = discover_table(cfg.inputs or ([] if cfg.inputs_from else default_corpus()),
+                           cfg.storage_options, cfg.inputs_from)
+    total_bytes = files.total_bytes
     if not cfg.partition_bytes:  # resolved here, so the manifest records the size used
         cfg = replace(cfg, partition_bytes=auto_partition_bytes(total_bytes))
-    parts = plan_partitions(files, cfg.partition_bytes)
+    plan = PartitionPlan(files, cfg.partition_bytes)
     # A dataset already committed at the output stays readable, untouched, until the commit
     # below: every object this run writes has a name made from its content.
     where = " + ".join(display_url(r.loc.url) for r in store.replicas)
-    print(f"shardflow: {len(files)} files, {total_bytes:,} bytes -> {len(parts)} partitions "
+    print(f"shardflow: {len(files)} files, {total_bytes:,} bytes -> {len(plan)} partitions "
           f"-> {where}", file=log)
-    empty = tuple(display_url(f.url) for f in files if f.size == 0)
+    empty = tuple(display_url(u) for u in files.empty_urls()[1])
     if empty:
         print(f"shardflow: {len(empty)} empty input files (0 bytes): "
               f"{', '.join(empty[:5])}{', ...' if len(empty) > 5 else ''}", file=log)
@@ -339,11 +413,11 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: Lease, log: TextIO,
         probe_inputs(client, [f.url for f in files], cfg.storage_options, log)  # before writes
         window = TaskWindow(client)
         tok = (loading.result() if loading else
-               _train_tokenizer(client, cfg, parts, vocab, window))
+               _train_tokenizer(client, cfg, plan, vocab, window))
         print(f"tokenizer: {tok.name} (vocab {tok.vocab_size}, eos {tok.eos_token!r})", file=log)
         store.put(tokenizer_name(tok.sha256), tok.json.encode("utf-8"))
-        bar = ProgressBar(2 * len(parts), label="tasks", enabled=progress, stream=log)
-        ones, twos, resumed = _execute(client, cfg, store, tok, parts, bar, max(1, n), window)
+        bar = ProgressBar(2 * len(plan), label="tasks", enabled=progress, stream=log)
+        ones, twos, resumed = _execute(client, cfg, store, tok, plan, bar, max(1, n), window)
     check_not_all_unreadable(ones, store)  # never commit a dataset of unreadable inputs
 
     listed = build_manifest(cfg, tok, ones, twos)
@@ -355,7 +429,7 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: Lease, log: TextIO,
     work.remove_work(store)
     stats = manifest.stats
     return RunSummary(
-        output=where, partitions=len(parts), shards=manifest.counts.shards,
+        output=where, partitions=len(plan), shards=manifest.counts.shards,
         docs_in=stats["documents_in"], docs_out=stats["documents_out"],
         dropped=stats["dropped"], quarantined=stats["quarantined"], tokens=stats["tokens"],
         bytes=stats["bytes"], wall_s=time.perf_counter() - start, dashboard=dashboard,

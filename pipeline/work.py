@@ -16,6 +16,9 @@ import hashlib
 import io
 import json
 import tempfile
+import time
+import uuid
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -80,16 +83,29 @@ def keys_path(key: str) -> str:
     return f"{WORK_DIR}/p1/{key}.keys.npy"
 
 
+#: phase-1 markers in a folder of their own: listing it returns one name per finished
+#: partition (plus the ledgers), not the three of ``p1/`` (rows, keys, marker)
+DONE1_DIR = f"{WORK_DIR}/done1"
+
+
 def done1_path(key: str) -> str:
-    return f"{WORK_DIR}/p1/{key}.done.json"
+    return f"{DONE1_DIR}/{key}.done.json"
+
+
+def done2_dir(run_key: str) -> str:
+    return f"{WORK_DIR}/p2/{run_key}"
 
 
 def done2_path(run_key: str, index: int) -> str:
     return f"{WORK_DIR}/p2/{run_key}/part-{index:05d}.done.json"
 
 
-def run_key(partition_keys: list[str]) -> str:
-    return hashlib.sha256("\n".join(partition_keys).encode()).hexdigest()[:24]
+def run_key(partition_keys: Iterable[str]) -> str:
+    """A hash of every partition key in order (``"\n".join``'s bytes, fed a key at a time)."""
+    h = hashlib.sha256()
+    for n, k in enumerate(partition_keys):
+        h.update((f"\n{k}" if n else k).encode())
+    return h.hexdigest()[:24]
 
 
 def work_store(store: ReplicaSet) -> ReplicaSet:
@@ -155,6 +171,75 @@ def markers(store: ReplicaSet, paths: list[str]) -> list[dict[str, Any] | None]:
     with ThreadPoolExecutor(8) as pool:
         found = dict(zip(todo, pool.map(lambda p: get_json(store, p), todo), strict=True))
     return [found.get(p) for p in paths]
+
+
+#: a ledger holds the markers of this many finished tasks (or of :data:`LEDGER_S` seconds')
+LEDGER_BATCH = 1024
+LEDGER_S = 30.0
+LEDGER_PREFIX = "ledger-"
+
+
+def read_state(store: ReplicaSet, folder: str) -> dict[str, dict[str, Any]] | None:
+    """Every marker under ``folder``: ``{marker path: marker}``, or ``None`` when the store
+    refuses to list (then each marker is read where it is needed, :func:`get_json`).
+
+    One listing of the folder (markers have folders of their own: one name per finished
+    task), then the ledgers (each holds :data:`LEDGER_BATCH` markers, written by the driver
+    as tasks finish: :class:`Compactor`) and only the loose markers no ledger holds (tasks
+    that finished after the last ledger): ``done / LEDGER_BATCH`` reads plus at most a
+    batch and a window's, instead of one read per finished task.
+    """
+    loc = store.replicas[0].loc
+    try:
+        names = sorted(list_tree(loc, folder))
+    except OSError as exc:
+        if classify(exc) != PERMANENT:
+            raise
+        return None
+    ledgers = [n for n in names if n.rpartition("/")[2].startswith(LEDGER_PREFIX)]
+    found: dict[str, dict[str, Any]] = {}
+    with ThreadPoolExecutor(8) as pool:
+        for got in pool.map(lambda n: get_json(store, n), ledgers):
+            found.update(got or {})
+        loose = [n for n in names if n.endswith(".done.json") and n not in found]
+        for n, d in zip(loose, pool.map(lambda n: get_json(store, n), loose), strict=True):
+            if d is not None:
+                found[n] = d
+    return found
+
+
+class Compactor:
+    """The driver's ledger of finished tasks: every :data:`LEDGER_BATCH` markers (or
+    :data:`LEDGER_S` seconds) one ``ledger-*.json`` in the markers' folder holding them, so
+    a rerun reads a ledger per batch (:func:`read_state`), not a marker per task. The loose
+    markers stay (the tasks write them; a driver killed before its next ledger loses
+    nothing): the ledger is a copy, read first."""
+
+    def __init__(self, store: ReplicaSet, folder: str, batch: int = LEDGER_BATCH,
+                 every_s: float = LEDGER_S) -> None:
+        self.store, self.folder, self.batch, self.every_s = store, folder, batch, every_s
+        self.pending: dict[str, dict[str, Any]] = {}
+        self.written = 0
+        self._since = time.monotonic()
+
+    def add(self, path: str, obj: PhaseOne | PhaseTwo) -> None:
+        self.pending[path] = marker(obj)
+        if len(self.pending) >= self.batch or time.monotonic() - self._since >= self.every_s:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the pending markers as one ledger (best effort: a ledger that could not be
+        written leaves their loose markers to be read one by one)."""
+        self._since = time.monotonic()
+        if not self.pending:
+            return
+        name = f"{self.folder}/{LEDGER_PREFIX}{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.json"
+        try:
+            put_json(self.store, name, self.pending)
+            self.written += 1
+        except OSError:
+            pass
+        self.pending = {}
 
 
 def marker(obj: PhaseOne | PhaseTwo) -> dict[str, Any]:

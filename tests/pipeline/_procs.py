@@ -48,7 +48,7 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.02) -> No
 
 
 def done_markers(dataset: Path) -> list[Path]:
-    return sorted((dataset / "_work" / "p1").glob("*.done.json"))
+    return sorted((dataset / "_work" / "done1").glob("*.done.json"))
 
 
 class DaskCluster:

@@ -80,3 +80,32 @@ def test_a_listing_that_times_out_is_raised_not_read_around(
     with pytest.raises(TimeoutError):
         work.markers(store, [work.done1_path(f"k{i}") for i in range(100)])
     assert read == []  # not 100 reads that would each wait for the same store
+
+
+def test_ledgers_replace_marker_reads(tmp_path, monkeypatch) -> None:
+    """A rerun reads one ledger per batch of finished tasks plus the loose markers no ledger
+    holds, not every marker; what it finds is every marker, ledgered or loose."""
+    store = ReplicaSet.from_urls([str(tmp_path)])
+    ledger = work.Compactor(store, work.DONE1_DIR, batch=4)
+    for i in range(10):
+        one = work.PhaseOne(i, f"k{i}", rows=i)
+        work.put_json(store, work.done1_path(one.key), work.marker(one))  # the task's marker
+        if i < 9:  # the driver saw 9 finish, then died before its next ledger
+            ledger.add(work.done1_path(one.key), one)
+    assert ledger.written == 2 and len(ledger.pending) == 1
+    read: list[str] = []
+    real = work.get_json
+    monkeypatch.setattr(work, "get_json", lambda s, p: read.append(p) or real(s, p))
+    state = work.read_state(store, work.DONE1_DIR)
+    assert state is not None
+    assert {p: d["rows"] for p, d in state.items()} == {
+        work.done1_path(f"k{i}"): i for i in range(10)}
+    assert len(read) == 2 + 2  # two ledgers, the pending k8 and the unledgered k9
+    assert work.read_state(store, f"{work.WORK_DIR}/nothing") == {}
+
+
+def test_run_key_streams() -> None:
+    keys = [f"{i:024x}" for i in range(50)]
+    import hashlib
+    assert work.run_key(iter(keys)) == \
+        hashlib.sha256("\n".join(keys).encode()).hexdigest()[:24]

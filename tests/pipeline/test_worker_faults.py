@@ -307,7 +307,7 @@ def test_external_cluster_loses_a_worker_and_gains_one_with_identical_output(
                                 stderr=subprocess.PIPE, text=True)
         try:
             def finished() -> int:
-                return sum(1 for k in _s3_keys(s3_bucket, "ds/_work/p1")
+                return sum(1 for k in _s3_keys(s3_bucket, "ds/_work/done1")
                            if k.endswith(".done.json"))
 
             wait_for(lambda: finished() >= 3 or proc.poll() is not None, 180,
