@@ -3,6 +3,7 @@ samples, a corrupt copy fails over to a good replica, remote reads keep more GET
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -94,6 +95,11 @@ def test_dataloader_workers_read_s3_after_the_parent_used_obstore(s3_bucket, mon
     got = _epoch(url, s3_bucket.storage_options, num_workers=2)
     assert len(got) == len(want)
     assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+    # The parent's S3 client still works after the workers are gone (a trainer writes its
+    # checkpoint next): workers forked from the trainer itself broke its pooled connections.
+    t0 = time.monotonic()
+    ReplicaSet.from_urls([url], s3_bucket.storage_options).put("after-workers", b"x" * 200_000)
+    assert time.monotonic() - t0 < 5
 
 
 def test_requests_grow_along_the_plan_same_samples_fewer_gets(s3_bucket, monkeypatch,
