@@ -2,15 +2,19 @@
 files (issue 24), on simulated inputs.
 
 The input is a synthetic fsspec filesystem (``synth://``) that declares ``--files`` text files
-of ``--input-tb / --files`` bytes each: listing it costs what listing a bucket's pages costs
-the driver (one info dict per file), and nothing is read. Through the real driver code:
-:func:`pipeline.discovery.discover`, :func:`pipeline.plan.auto_partition_bytes` and
-:func:`pipeline.plan.plan_partitions`, the partitions' resume keys and
-:func:`pipeline.work.markers` on a fresh ``_work/`` (the resume planning a run does), then the
-bounded :class:`pipeline.window.TaskWindow` on a real ``dask scheduler`` process with two
-``dask worker`` processes. The tasks are stand-ins of ``--task-ms`` (phase 1 does the real
-work; here the driver and the scheduler are measured), at most ``--max-tasks`` of them: a
-window that holds a bounded number of tasks costs the same per task at any count.
+of ``--input-tb / --files`` bytes each and lists them a page of 1,000 at a time, as an S3
+prefix's listing comes (nothing is read). Through the real driver code:
+:func:`pipeline.discovery.discover_table` (the compact file table, filled a page at a time),
+:func:`pipeline.plan.auto_partition_bytes` and :class:`pipeline.plan.PartitionPlan`, the
+completion state (:func:`pipeline.work.read_state`) and the job's lazy submission (a
+partition's key and marker lookup as its task is submitted), then the bounded
+:class:`pipeline.window.TaskWindow` on a real ``dask scheduler`` process with two
+``dask worker`` processes. The tasks are stand-ins of ``--task-ms`` that leave a phase-1
+marker as phase 1 does, compacted into ledgers by the driver (phase 1 does the real work;
+here the driver and the scheduler are measured), at most ``--max-tasks`` of them: a window
+that holds a bounded number of tasks costs the same per task at any count. Resume planning
+is then a rerun's: read the ledgers, and pass over every partition (its key, the run key, its
+marker looked up) to find those left.
 
 Per point: driver and scheduler peak RSS, most live tasks, time to the first task result from
 the start (listing and planning included), the scheduler's overhead per task (wall time of the
@@ -28,6 +32,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
+import itertools
 import json
 import os
 import resource
@@ -77,6 +83,14 @@ class SyntheticFS(AbstractFileSystem):
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> Any:
         return self.glob(path + "/*", detail=detail)
 
+    def ls_pages(self, folder: str, page: int = 1000) -> Any:
+        """The folder's files a page of ``page`` at a time, as an S3 listing comes."""
+        n, size = self._shape(folder)
+        base = f"{n}/{size}"
+        for lo in range(0, n, page):
+            yield [{"name": f"{base}/f{i:09d}.txt", "size": size, "type": "file", "mtime": 0.0}
+                   for i in range(lo, min(n, lo + page))]
+
 
 fsspec.register_implementation("synth", SyntheticFS, clobber=True)
 
@@ -113,9 +127,15 @@ class Peak:
         return self.peak
 
 
-def _stand_in(ms: float) -> int:
+def _stand_in(ms: float, path: str, marker: str) -> str:
+    """A phase-1 task's stand-in: sleeps, then leaves its marker (``marker`` at ``path``, a
+    local file) as phase 1 does. Plain files: the workers import nothing of Shardflow."""
     time.sleep(ms / 1000)
-    return 0
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w") as fh:
+        fh.write(marker)
+    os.replace(path + ".tmp", path)
+    return path
 
 
 def _cluster(tmp: Path) -> tuple[str, list[subprocess.Popen[bytes]]]:
@@ -139,8 +159,8 @@ def measure(input_tb: float, files: int, task_ms: float, max_tasks: int) -> dict
     from distributed import Client
 
     from pipeline import work
-    from pipeline.discovery import discover
-    from pipeline.plan import auto_partition_bytes, plan_partitions
+    from pipeline.discovery import discover_table
+    from pipeline.plan import PartitionPlan, auto_partition_bytes
     from pipeline.window import TaskWindow
     from storage import ReplicaSet
 
@@ -152,32 +172,60 @@ def measure(input_tb: float, files: int, task_ms: float, max_tasks: int) -> dict
             client.wait_for_workers(2, timeout=60)
             peak = Peak({"driver": os.getpid(), "scheduler": procs[0].pid})
             t0 = time.perf_counter()
-            found = discover([f"synth://{files}/{size}/*.txt"])
+            table = discover_table([f"synth://{files}/{size}/*.txt"])
             listed_s = time.perf_counter() - t0
-            part_bytes = auto_partition_bytes(sum(f.size for f in found))
-            parts = plan_partitions(found, part_bytes)
+            part_bytes = auto_partition_bytes(table.total_bytes)
+            plan = PartitionPlan(table, part_bytes)
             planned_s = time.perf_counter() - t0
-            keys = [p.key("bench") for p in parts]
-            scratch = ReplicaSet.from_urls([str(tmp / "out")])
-            work.markers(scratch, [work.done1_path(k) for k in keys])
-            resume_s = time.perf_counter() - t0 - planned_s
+            scratch = work.work_store(ReplicaSet.from_urls([str(tmp / "out")]))
+            salt = "bench"
+
+            def rerun_plan(state: dict[str, Any] | None) -> Any:
+                """What the job's phase-1 submission does per partition: its key, the run
+                key's hash, its marker looked up; yields the partitions left to do."""
+                hasher = hashlib.sha256()
+                for i in range(len(plan)):
+                    k = plan.key(i, salt)
+                    hasher.update((f"\n{k}" if i else k).encode())
+                    if state is None or work.done1_path(k) not in state:
+                        yield i, k
+
+            state = work.read_state(scratch, work.DONE1_DIR)  # a fresh _work/: empty
             window = TaskWindow(client)
-            run = parts[:max_tasks]
+            ledger = work.Compactor(scratch, work.DONE1_DIR)
             first: float | None = None
             t_tasks = time.perf_counter()
-            for _item, _result in window.run(
-                    lambda p: client.submit(_stand_in, task_ms, key=f"t-{p.index}",
-                                            pure=False), run):
+
+            def submit(task: tuple[int, str]) -> Any:
+                i, k = task
+                marker = json.dumps(work.marker(work.PhaseOne(i, k)), sort_keys=True)
+                return client.submit(_stand_in, task_ms,
+                                     str(tmp / "out" / work.done1_path(k)), marker,
+                                     key=f"t-{i}", pure=False)
+
+            for (i, k), _path in window.run(submit,
+                                            itertools.islice(rerun_plan(state), max_tasks)):
                 if first is None:
                     first = time.perf_counter() - t0
+                ledger.add(work.done1_path(k), work.PhaseOne(i, k))
+            ledger.flush()
             tasks_s = time.perf_counter() - t_tasks
+            run = min(max_tasks, len(plan))
+            # A rerun's planning: read the completion state (ledgers, loose markers), then
+            # the pass over every partition that finds those left (all keys, the run key).
+            t_resume = time.perf_counter()
+            state = work.read_state(scratch, work.DONE1_DIR)
+            left = sum(1 for _ in rerun_plan(state))
+            resume_s = time.perf_counter() - t_resume
+            assert left == len(plan) - run, (left, len(plan), run)
             rss = peak.stop()
         threads = 2
-        ideal = len(run) * task_ms / 1000 / threads
-        overhead_ms = max(0.0, (tasks_s - ideal) * threads / max(1, len(run)) * 1000)
+        ideal = run * task_ms / 1000 / threads
+        overhead_ms = max(0.0, (tasks_s - ideal) * threads / max(1, run) * 1000)
         return {
-            "input_tb": input_tb, "files": files, "partitions": len(parts),
-            "partition_bytes": part_bytes, "tasks_run": len(run), "task_ms": task_ms,
+            "input_tb": input_tb, "files": files, "partitions": len(plan),
+            "partition_bytes": part_bytes, "tasks_run": run, "task_ms": task_ms,
+            "table_mb": round(table.nbytes() / 2**20, 1), "ledgers": ledger.written,
             "driver_peak_rss_mb": round(rss["driver"] / 2**20, 1),
             "scheduler_peak_rss_mb": round(rss["scheduler"] / 2**20, 1),
             "max_live_tasks": window.max_live,
