@@ -123,7 +123,7 @@ def test_second_epoch_comes_from_the_cache_not_the_store(
 
     # A warm read is a local read: decoded from the mapped cache file, never through a Python
     # file object (which costs a GIL round trip per row group).
-    monkeypatch.setattr(reader_module, "_RangeFile", _no_python_file)
+    monkeypatch.setattr(reader_module, "RangeFile", _no_python_file)
     assert _same(_epoch(cached, 1), want[1])
     second = cached.metrics()
     assert second["bytes_read"] == first["bytes_read"]  # nothing more from the store

@@ -39,7 +39,7 @@ def test_local_reads_decode_from_the_mapping(tiny_dataset, monkeypatch) -> None:
         def __init__(self, *args, **kwargs) -> None:
             raise AssertionError("a local piece was decoded through a Python file object")
 
-    monkeypatch.setattr(reader_module, "_RangeFile", NoRangeFile)
+    monkeypatch.setattr(reader_module, "RangeFile", NoRangeFile)
     got = _epoch(tiny_dataset)
     assert len(got) == len(want) > 10
     assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
