@@ -28,8 +28,6 @@ handful of integers); ``load_state_dict()`` continues the exact sequence, also o
 from __future__ import annotations
 
 import collections
-import multiprocessing
-import multiprocessing.context
 import threading
 import time
 from collections.abc import Generator, Iterator
@@ -58,25 +56,6 @@ CHUNK_BATCHES = 8
 #: read-ahead schedule grows with the rank's share of the epoch. A row group used on both
 #: sides of a piece boundary is read once per piece (a few per piece at the default size).
 STREAM_SAMPLES = plan.STREAM_CHUNK
-
-
-def worker_context() -> multiprocessing.context.BaseContext:
-    """How DataLoader workers start: forked from a small server process that imported the
-    loader and nothing else (``forkserver``, the loader preloaded), not from the training
-    process itself.
-
-    A worker forked from the trainer inherits its S3 clients: their event loop's epoll
-    instance is one kernel object shared with the parent, and a child that drops an inherited
-    connection unregisters the parent's socket from it, so the parent's next S3 request (a
-    checkpoint write) waited until its deadline; obstore's runtime does not survive a fork at
-    all. A worker from the server starts clean, in a few milliseconds once the server runs.
-    Where ``forkserver`` does not exist (not POSIX), the platform's default.
-    """
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context()
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["loaders"])
-    return ctx
 
 
 class _WorkerParts(IterableDataset):
@@ -195,8 +174,7 @@ class ShardflowLoader:
         parts = _WorkerParts(self.source, self.layout, self.progress, self.format,
                              self.num_workers)
         loader = DataLoader(parts, batch_size=None, num_workers=self.num_workers,
-                            prefetch_factor=self.prefetch_factor, persistent_workers=False,
-                            multiprocessing_context=worker_context())
+                            prefetch_factor=self.prefetch_factor, persistent_workers=False)
         return self._count(self._assemble(iter(loader), self.remaining()))
 
     def _pieces(self) -> Iterator[tuple[np.ndarray, list[int]]]:

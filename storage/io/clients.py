@@ -30,6 +30,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
+import sys
 import threading
 from datetime import timedelta
 from typing import Any
@@ -82,14 +84,50 @@ def _shared_store(bucket: str, settings: dict[str, Any]) -> Any:
     return store
 
 
+#: fsspec's I/O event loop as it was when this process forked (see :func:`_unshare_epoll`)
+_LOOP_AT_FORK: list[Any] = []
+
+
+def _before_fork() -> None:
+    asyn = sys.modules.get("fsspec.asyn")
+    _LOOP_AT_FORK[:] = [asyn.loop[0]] if asyn is not None and asyn.loop[0] is not None else []
+
+
+def _unshare_epoll() -> None:
+    """In a forked child: give the inherited event loop (s3fs's, run by a thread that did not
+    come along) an epoll instance of its own.
+
+    An epoll instance survives ``fork`` as one kernel object shared by parent and child. When
+    the child drops an inherited connection (fsspec clears its instance cache on a new pid and
+    s3fs's finalizer closes the pooled connections), each close unregisters its socket from
+    that shared epoll: the parent's loop then never hears from the socket again, and its next
+    request on it waited until its deadline (a trainer writing a checkpoint to S3 after an
+    epoch with DataLoader workers). With a private epoll the child's unregistering finds
+    nothing (ENOENT, ignored by :mod:`selectors`) and the parent keeps its sockets.
+    """
+    epoll = getattr(select, "epoll", None)  # Linux; elsewhere kqueue is not inherited
+    for loop in _LOOP_AT_FORK:
+        selector = getattr(getattr(loop, "_selector", None), "_selector", None)
+        if epoll is not None and isinstance(selector, epoll):
+            loop._selector._selector = epoll()
+            selector.close()  # the child's descriptor only: the parent's epoll stays open
+    _LOOP_AT_FORK.clear()
+
+
 def _after_fork_in_child() -> None:
     global _FORKED_AFTER_RUNTIME
     if _RUNTIME_PID is not None:
         _FORKED_AFTER_RUNTIME = True
+    _unshare_epoll()
+
+
+def _after_fork_in_parent() -> None:
+    _LOOP_AT_FORK.clear()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child,
+                        after_in_parent=_after_fork_in_parent)
 
 
 def obstore_usable() -> bool:
