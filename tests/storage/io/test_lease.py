@@ -137,14 +137,26 @@ def test_a_lease_taken_over_after_expiry_fails_the_commit_check(loc: Location) -
     other.release()
 
 
-def _race(n: int, attempt: Callable[[int], bool]) -> list[int]:
-    """Run ``attempt(i)`` on ``n`` threads released together; the indices that won."""
+def _race(n: int, attempt: Callable[[int], bool],
+          failed: list[int] | None = None) -> list[int]:
+    """Run ``attempt(i)`` on ``n`` threads released together; the indices that won.
+
+    With ``failed`` given, a racer whose request raised (a loaded S3 server can time a PUT
+    out after it took effect) is recorded there instead of dying as an unhandled thread
+    exception, so the caller can still check that nobody else won."""
     barrier = threading.Barrier(n)
     won: list[int] = []
 
     def go(i: int) -> None:
         barrier.wait()
-        if attempt(i):
+        try:
+            ok = attempt(i)
+        except Exception:
+            if failed is None:
+                raise
+            failed.append(i)
+            return
+        if ok:
             won.append(i)
 
     threads = [threading.Thread(target=go, args=(i,)) for i in range(n)]
@@ -159,9 +171,14 @@ def test_create_if_absent_has_exactly_one_winner_under_a_race(loc: Location) -> 
     assert conditional_creates(loc)  # the real server honours If-None-Match
     for round_ in range(3):
         name = f"race-{round_}.json"
-        won = _race(12, lambda i, name=name: create_if_absent(loc, name, f"{i}".encode()))
-        assert len(won) == 1
-        assert loc.fs.cat_file(loc.path(name)) == str(won[0]).encode()
+        failed: list[int] = []
+        won = _race(12, lambda i, name=name: create_if_absent(loc, name, f"{i}".encode()),
+                    failed)
+        holder = int(loc.fs.cat_file(loc.path(name)))
+        # Exactly one object was created: its writer is the one winner, unless its own
+        # request timed out after the server took it (then it knows nothing and nobody won).
+        assert won == [holder] or (won == [] and holder in failed), (won, failed, holder)
+        assert len(failed) <= 2, failed  # a timeout is the exception, not the rule
 
 
 def test_the_fallback_without_conditional_writes_has_one_winner(loc: Location) -> None:
