@@ -19,9 +19,11 @@ from typing import Annotated, Any
 
 from cyclopts import Parameter
 
+from pipeline.carbon import parse_deadline
 from pipeline.cleaning import CleaningConfig
 from pipeline.readers import DEFAULT_MAX_RECORD_BYTES, ReadOptions
 from storage import ReplicaSet, display_url
+from storage.energy import WATTS_PER_CORE
 
 DEFAULT_OUTPUT = "data/shakespeare"
 
@@ -124,6 +126,27 @@ class PipelineConfig:
                           "driver renews it every third of that, and a dead driver's lease is "
                           "taken over once it expires", manifest=False)
 
+    # -- energy and carbon (pipeline/carbon.py; never change the output bytes) --------------
+    carbon_signal: Annotated[str | None, Parameter(metavar="SRC")] = _f(
+        None, "carbon-intensity forecast (gCO2e/kWh) to read and re-read while the run goes: "
+        "a file or URL in the Carbon Aware SDK's or Electricity Maps' JSON (README, "
+        "'Energy and carbon'); with --deadline or --max-intensity it decides when new tasks "
+        "start", manifest=False)
+    deadline: str | None = _f(None, "with --carbon-signal: start new tasks only in the "
+                              "cleanest windows that still finish by then: 24h, 90m, 2d "
+                              "(from now) or an ISO 8601 time", manifest=False)
+    max_intensity: Annotated[float | None, Parameter(metavar="G")] = _f(
+        None, "with --carbon-signal: start new tasks only while the intensity is at most G "
+        "g/kWh (bounded by --deadline when given)", manifest=False)
+    grid_intensity: Annotated[float | None, Parameter(metavar="G")] = _f(
+        None, "grid intensity in gCO2e/kWh for the run's carbon figure where no signal covers "
+        "the time", manifest=False)
+    watts_per_core: float = _f(WATTS_PER_CORE, "the energy estimate's watts per busy core, "
+                               "used where RAPL cannot be read", manifest=False)
+    record_energy: bool = _f(False, "record the run's energy in the manifest's stats.energy "
+                             "(a measurement: a rerun's manifest is then no longer "
+                             "byte-identical)", manifest=False)
+
     def __post_init__(self) -> None:
         if self.dedup not in ("exact", "none"):
             raise ValueError(f"dedup must be 'exact' or 'none', not {self.dedup!r}")
@@ -136,6 +159,13 @@ class PipelineConfig:
             raise ValueError("tokenizer_threads must be at least 1")
         if self.adapt is not None:
             self.adapt_range  # noqa: B018 - validates
+        if (self.deadline or self.max_intensity is not None) and not self.carbon_signal:
+            raise ValueError("--deadline and --max-intensity need --carbon-signal")
+        if self.deadline:
+            parse_deadline(self.deadline, 0.0)  # validates
+        if self.watts_per_core <= 0 or any(
+                g is not None and g < 0 for g in (self.max_intensity, self.grid_intensity)):
+            raise ValueError("watts_per_core must be positive and intensities >= 0")
 
     @property
     def adapt_range(self) -> tuple[int, int] | None:

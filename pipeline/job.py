@@ -41,7 +41,7 @@ from typing import Any, TextIO, TypeVar
 import numpy as np
 from distributed import Client, Future
 
-from pipeline import shuffle, tokenizing, work
+from pipeline import carbon, shuffle, tokenizing, work
 from pipeline.cluster import dask_client
 from pipeline.config import PipelineConfig
 from pipeline.discovery import default_corpus, discover_table
@@ -98,6 +98,8 @@ class RunSummary:
     #: inputs of 0 bytes (a truncated upload, an empty .jsonl.gz): listed, never silent
     empty_inputs: tuple[str, ...] = ()
     extra: dict[str, float] = field(default_factory=dict)
+    #: ``stats.energy``'s record (pipeline.carbon.RunEnergy.record)
+    energy: dict[str, Any] = field(default_factory=dict)
 
     @property
     def tokens_per_s(self) -> float:
@@ -121,6 +123,7 @@ class RunSummary:
             f"wall time    {self.wall_s:.2f} s",
             f"throughput   {self.tokens_per_s:,.0f} tokens/s",
             f"version      {self.version or 'unchanged (the same manifest as the latest version)'}",
+            *(carbon.render(self.energy) if self.energy else []),
             *self.degraded,
         ])
 
@@ -383,6 +386,7 @@ def _probe_candidates(files: FileTable) -> list[str]:
 def _run(cfg: PipelineConfig, store: ReplicaSet, lease: Lease, log: TextIO,
          progress: bool) -> RunSummary:
     start = time.perf_counter()
+    meter = carbon.CarbonRun(cfg, log)  # energy from here on; a bad --carbon-signal fails here
     vocab = tokenizing.trained_vocab(cfg.tokenizer)
     tokenizing.check(cfg.tokenizer)
     # The tokenizer loads while the inputs are listed and the cluster starts; its errors
@@ -412,15 +416,21 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: Lease, log: TextIO,
         print(f"dask: {n} workers, dashboard {dashboard}", file=log)
         probe_inputs(client, [f.url for f in files], cfg.storage_options, log)  # before writes
         window = TaskWindow(client)
+        meter.attach(client, window, total_bytes, window.threads())  # may gate the window
         tok = (loading.result() if loading else
                _train_tokenizer(client, cfg, plan, vocab, window))
         print(f"tokenizer: {tok.name} (vocab {tok.vocab_size}, eos {tok.eos_token!r})", file=log)
         store.put(tokenizer_name(tok.sha256), tok.json.encode("utf-8"))
         bar = ProgressBar(2 * len(plan), label="tasks", enabled=progress, stream=log)
+        meter.track(bar)
         ones, twos, resumed = _execute(client, cfg, store, tok, plan, bar, max(1, n), window)
+        meter.finish()
     check_not_all_unreadable(ones, store)  # never commit a dataset of unreadable inputs
 
     listed = build_manifest(cfg, tok, ones, twos)
+    energy = meter.record(listed.stats["tokens"])
+    if cfg.record_energy:
+        listed = carbon.with_energy(listed, energy)
     # The row-group index goes before the swap (content-addressed: a rerun rewrites the same
     # bytes under the same name); the manifest then names it instead of listing the shards.
     manifest = with_index(listed, listed.shards, write_index(store, listed.shards))
@@ -439,4 +449,5 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: Lease, log: TextIO,
                                          if recorded else None)),
         inputs=len(files), empty_inputs=empty,
         extra={"max_live_tasks": float(window.max_live), "tasks": float(window.submitted)},
+        energy=energy,
     )

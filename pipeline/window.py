@@ -9,6 +9,12 @@ while the number of tasks alive anywhere stays bounded by the cluster, not by th
 The window follows the cluster: its size is recomputed from the scheduler's current thread
 count (cached for a second), so workers that join get work at once and a shrinking cluster
 holds fewer tasks. The sizing rule is pure (:func:`window_size`) and tested apart.
+
+Two optional hooks (``pipeline.carbon`` sets them): ``gate(block)`` is asked before each task is
+submitted (False: not now; with ``block``, when no task is live, it waits until it may say
+True), so carbon-aware admission pauses new work while live tasks finish; ``on_stage(name)``
+hears the name of each ``run``'s tasks (Dask's key prefix: ``phase1``, ``phase2``, ...) when its
+first one is submitted, for per-stage energy.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
+from dask.utils import key_split
 from distributed import Client, Future, as_completed
 
 T = TypeVar("T")
@@ -56,6 +63,8 @@ class TaskWindow:
         self.submitted = 0
         self._threads = 0
         self._read_at = -float("inf")
+        self.gate: Callable[[bool], bool] | None = None
+        self.on_stage: Callable[[str], None] | None = None
 
     def threads(self) -> int:
         """The cluster's worker threads now (re-read at most every :data:`REFRESH_S`)."""
@@ -76,14 +85,23 @@ class TaskWindow:
         pending = iter(items)
         live = as_completed()
         owner: dict[str, T] = {}
+        held: list[Any] = []  # an item taken while the gate was closed
+        named = False
 
         def top_up() -> None:
+            nonlocal named
             limit = self.size()
             while len(owner) < limit:
-                item = next(pending, _END)
+                item = held.pop() if held else next(pending, _END)
                 if item is _END:
                     return
+                if self.gate is not None and not self.gate(not owner):
+                    held.append(item)
+                    return
                 fut = submit(item)  # type: ignore[arg-type]
+                if not named and self.on_stage is not None:
+                    self.on_stage(key_split(fut.key))
+                    named = True
                 owner[fut.key] = item  # type: ignore[assignment]
                 live.add(fut)
                 self.submitted += 1
