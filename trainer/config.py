@@ -165,6 +165,9 @@ class TrainConfig:
         1, "micro-batches per optimizer step (gradients summed locally, synced once); "
            "--global-batch-size counts all of them")
     compile: Annotated[bool, _NoNegative, _RUNTIME] = _h(False, "torch.compile the model")
+    grid_intensity: Annotated[float | None, _NonNegative, Parameter(metavar="G"), _RUNTIME] = _h(
+        None, "grid carbon intensity in gCO2e/kWh: metrics.jsonl and the summary then give "
+              "gCO2e beside the joules")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -8,7 +8,12 @@ Definitions (per logging interval):
 * step time    = wall time between consecutive step ends, so nothing between steps is lost
                  (logging, epoch changes and the first batch's wait all count);
 * data wait    = time blocked in ``next(iterator)`` / total step time;
-* tokens/s     = tokens consumed by all ranks / total step time on rank 0.
+* tokens/s     = tokens consumed by all ranks / total step time on rank 0;
+* energy       = joules of all ranks in the interval (:class:`StepEnergy`, summed over ranks by
+                 the loop): ``energy_j``, ``energy_j_per_step``, ``energy_j_per_token``,
+                 ``energy_source`` (``rapl``, ``nvml``, ``rapl+nvml`` or ``estimate``) and, with
+                 ``--grid-intensity``, ``gco2e``. Counters are read once per logging interval,
+                 never per step.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ import json
 import os
 from dataclasses import dataclass
 from typing import Any, TextIO
+
+from storage.energy import Accumulator, Energy, grams, snapshot
+from storage.energy.rapl import find_zones
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,9 @@ class RunTotals:
     wait_seconds: float = 0.0
     tokens: int = 0
     final_loss: float = float("nan")
+    energy_j: float = 0.0
+    energy_source: str = ""
+    gco2e: float | None = None
 
     def add(self, stats: IntervalStats, loss: float, data_wait_frac: float | None = None
             ) -> None:
@@ -96,8 +107,25 @@ class RunTotals:
         self.tokens += stats.tokens
         self.final_loss = loss
 
+    def add_energy(self, record: dict[str, Any]) -> None:
+        """Add an interval's energy fields (:func:`energy_fields`)."""
+        if "energy_j" not in record:
+            return
+        self.energy_j += record["energy_j"]
+        src = record["energy_source"]
+        self.energy_source = src if self.energy_source in ("", src) else "estimate"
+        if "gco2e" in record:
+            self.gco2e = (self.gco2e or 0.0) + record["gco2e"]
+
     def summary(self) -> dict[str, Any]:
+        energy: dict[str, Any] = {}
+        if self.energy_source:
+            energy = {"energy_j": self.energy_j, "energy_source": self.energy_source,
+                      "energy_j_per_token": self.energy_j / self.tokens if self.tokens else 0.0}
+            if self.gco2e is not None:
+                energy["gco2e"] = self.gco2e
         return {
+            **energy,
             "steps": self.steps,
             "final_loss": self.final_loss,
             "tokens": self.tokens,
@@ -149,6 +177,9 @@ def format_record(rec: dict[str, Any]) -> str:
         f"| data-wait {100 * rec['data_wait_frac']:.1f}% (max rank "
         f"{100 * rec['data_wait_frac_max']:.1f}%) | epoch {rec['epoch']}"
         + (f" | MFU {100 * rec['mfu']:.1f}%" if rec.get("mfu") is not None else "")
+        + (f" | {rec['energy_j_per_step']:.1f} J/step"
+           f"{' (est.)' if rec['energy_source'] == 'estimate' else ''}"
+           if "energy_j_per_step" in rec else "")
     )
 
 
@@ -157,7 +188,63 @@ def format_summary(s: dict[str, Any]) -> str:
         f"done: {s['steps']} steps | final loss {s['final_loss']:.4f} "
         f"| mean tok/s {s['mean_tokens_per_s']:,.0f} "
         f"| mean data-wait {s['mean_data_wait_pct']:.1f}%"
+        + (f" | energy {s['energy_j']:,.0f} J ({s['energy_source']}), "
+           f"{s['energy_j_per_token'] * 1e3:.3f} mJ/token" if "energy_j" in s else "")
+        + (f", {s['gco2e']:.3f} gCO2e" if "gco2e" in s else "")
     )
+
+
+class StepEnergy:
+    """This rank's joules per logging interval (:mod:`storage.energy`).
+
+    The host's RAPL package counters are read by its first rank only (``local_rank`` 0; they
+    cover every rank on the host), and where they are readable the other ranks add no CPU
+    estimate. Each rank reads its own GPU's NVML counter (``gpu``: NVML's index). Without
+    counters, the estimate is this process's CPU time x ``watts_per_core``. A RAPL counter
+    that wraps twice within one interval (hundreds of kJ) is undercounted: log more often.
+    """
+
+    def __init__(self, local_rank: int = 0, gpu: int | None = None,
+                 watts_per_core: float | None = None) -> None:
+        self.with_rapl = local_rank == 0
+        host_measured = bool(find_zones())
+        watts = watts_per_core if watts_per_core is not None else Accumulator().watts_per_core
+        self.acc = Accumulator(0.0 if host_measured and not self.with_rapl else watts)
+        self.gpus: tuple[int, ...] = () if gpu is None else (gpu,)
+        self.last = self.acc.add([self._snap()])
+
+    def _snap(self) -> dict[str, Any]:
+        return snapshot(gpus=self.gpus, with_rapl=self.with_rapl)
+
+    def interval(self) -> Energy:
+        """The energy since the last call (or since construction)."""
+        total = self.acc.add([self._snap()])
+        d, self.last = total - self.last, total
+        return d
+
+
+def nvml_index(cuda_index: int, visible: str | None = None) -> int:
+    """NVML's index of CUDA device ``cuda_index`` (``CUDA_VISIBLE_DEVICES`` renumbers CUDA's
+    devices; NVML's follow the bus)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    ids = [v.strip() for v in (visible or "").split(",") if v.strip()]
+    if cuda_index < len(ids) and ids[cuda_index].isdigit():
+        return int(ids[cuda_index])
+    return cuda_index
+
+
+def energy_fields(joules: float, source: str, steps: int, tokens: int,
+                  g_per_kwh: float | None = None) -> dict[str, Any]:
+    """The metrics record's energy fields for an interval of ``steps`` steps and ``tokens``
+    tokens (all ranks) that took ``joules`` (all ranks)."""
+    out: dict[str, Any] = {
+        "energy_j": joules, "energy_source": source,
+        "energy_j_per_step": joules / steps if steps else 0.0,
+        "energy_j_per_token": joules / tokens if tokens else 0.0,
+    }
+    if g_per_kwh is not None:
+        out["gco2e"] = grams(joules, g_per_kwh)
+    return out
 
 
 class JsonlWriter:

@@ -14,7 +14,8 @@ from trainer.metrics import read_jsonl
 
 
 def plot_run(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> Path:
-    """Draw loss, tokens/s and data-wait % against the step; returns the PNG's path."""
+    """Draw loss, tokens/s, data-wait % and (where logged) energy per token against the step;
+    returns the PNG's path."""
     try:
         import matplotlib
     except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -32,6 +33,12 @@ def plot_run(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | None
         ("tokens/s (global)", [r["tokens_per_s"] for r in records], "tokens/s"),
         ("data wait (% of step time)", [100 * r["data_wait_frac"] for r in records], "%"),
     ]
+    if all("energy_j_per_token" in r for r in records):  # runs logged before energy: none
+        how = ("ESTIMATE: CPU time x W/core" if any(r["energy_source"] == "estimate"
+                                                    for r in records)
+               else f"measured: {records[-1]['energy_source']}")
+        panels.append((f"energy per token ({how})",
+                       [1e3 * r["energy_j_per_token"] for r in records], "mJ/token"))
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 8), sharex=True)
     for ax, (title, values, ylabel) in zip(axes, panels, strict=True):
         ax.plot(steps, values, marker="o", markersize=3)

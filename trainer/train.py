@@ -43,9 +43,12 @@ from trainer.metrics import (
     IntervalStats,
     JsonlWriter,
     RunTotals,
+    StepEnergy,
+    energy_fields,
     format_record,
     format_summary,
     mfu,
+    nvml_index,
     peak_flops,
     truncate_jsonl,
 )
@@ -183,6 +186,8 @@ def train(
     metrics = JsonlWriter(run_dir / "metrics.jsonl", mode) if info.is_main else None
     samples = SampleLog(run_dir, info.rank, mode)
     meter, totals = IntervalMeter(), RunTotals()
+    energy = StepEnergy(info.local_rank, nvml_index(info.device.index or 0)
+                        if info.device.type == "cuda" else None)
     flops_per_token = model.flops_per_token(cfg.seq_len)
     peak = peak_flops(torch.cuda.get_device_name(info.device)) \
         if info.device.type == "cuda" else None
@@ -226,7 +231,13 @@ def train(
                               grad_norm=float(grad_norm),
                               mfu=mfu(record["tokens_per_s"], flops_per_token,
                                       info.world_size, peak))
+                joules = energy.interval()  # counters read once per interval, not per step
+                all_j = all_reduce(torch.tensor([joules.joules], dtype=torch.float64,
+                                                device=info.device))
+                record.update(energy_fields(float(all_j[0]), joules.source, stats.steps,
+                                            stats.tokens, cfg.grid_intensity))
                 totals.add(stats, record["loss"], record["data_wait_frac"])
+                totals.add_energy(record)
                 loss_sum.zero_()
                 if metrics is not None:
                     metrics.write(record)
