@@ -22,6 +22,7 @@ from cyclopts import Parameter
 from pipeline.carbon import parse_deadline
 from pipeline.cleaning import CleaningConfig
 from pipeline.readers import DEFAULT_MAX_RECORD_BYTES, ReadOptions
+from pipeline.web import WebConfig, parse_filter_options, parse_filters
 from storage import ReplicaSet, display_url
 from storage.energy import WATTS_PER_CORE
 
@@ -70,6 +71,27 @@ class PipelineConfig:
                                "characters is below this (low_alpha; 0: off)")
     max_repeated_line_frac: float = _f(1.0, "drop documents whose share of repeated lines "
                                        "exceeds this (repeated_lines; 1: off)")
+    # -- web data (pipeline.web; recorded in the manifest only when used) --------------------
+    languages: Annotated[str | None, Parameter(metavar="CODES")] = _f(
+        None, "keep only documents in these languages (ISO 639-1, comma-separated, e.g. "
+        "'en,de'), identified with py3langid's bundled model; default: keep all",
+        manifest=False)
+    min_lang_score: float = _f(0.65, "with --languages: drop documents whose language "
+                               "probability is below this (lang_score)", manifest=False)
+    filters: str = _f("", "heuristic rule sets to apply, comma-separated: gopher "
+                      "(gopher_repetition + gopher_quality), c4, fineweb; drops are counted as "
+                      "<rule set>.<reason>", manifest=False)
+    filter_options: Annotated[str | None, Parameter(metavar="JSON")] = _f(
+        None, "thresholds of the rule sets, a JSON object, e.g. "
+        '\'{"gopher_quality.min_doc_words": 100, "c4.filter_no_terminal_punct": false}\'',
+        manifest=False)
+    url_blocklist: Annotated[str | None, Parameter(metavar="FILE")] = _f(
+        None, "drop documents whose URL's domain (or a parent domain) or whole URL is listed "
+        "in FILE (local or any fsspec URL), one per line (url_blocked)", manifest=False)
+    pii: str = _f("none", "'mask': replace e-mail addresses and public IP addresses with "
+                  "stand-ins (counted); 'none'", manifest=False)
+    web_inputs: Annotated[bool, _NOT_A_FLAG] = _f(
+        False, "set by the job when any input is WARC/WET", manifest=False, cli=False)
     # -- dedup -------------------------------------------------------------------------------
     dedup: str = _f("exact", "'exact': drop documents whose cleaned text repeats an earlier one "
                     "(the first by partition and position survives); 'none'")
@@ -159,6 +181,9 @@ class PipelineConfig:
             raise ValueError("tokenizer_threads must be at least 1")
         if self.adapt is not None:
             self.adapt_range  # noqa: B018 - validates
+        if self.pii not in ("none", "mask"):
+            raise ValueError(f"pii must be 'mask' or 'none', not {self.pii!r}")
+        self.web_config  # noqa: B018 - validates --filters and --filter-options
         if (self.deadline or self.max_intensity is not None) and not self.carbon_signal:
             raise ValueError("--deadline and --max-intensity need --carbon-signal")
         if self.deadline:
@@ -210,7 +235,29 @@ class PipelineConfig:
         out["inputs"] = [display_url(u) for u in self.inputs]
         if self.inputs_from:  # recorded only when used: other manifests keep their bytes
             out["inputs_from"] = display_url(self.inputs_from)
+        if self.web_config is not None:  # the same: recorded only when used
+            out.update({k: d[k] for k in _WEB_FIELDS})
         return out
+
+    @property
+    def web_config(self) -> WebConfig | None:
+        """The web steps this run applies (None: none; the pipeline is as it always was)."""
+        filters = parse_filters(self.filters)
+        options = parse_filter_options(self.filter_options)
+        languages = tuple(sorted({c.strip().lower() for c in (self.languages or "").split(",")
+                                  if c.strip()}))
+        if not (self.web_inputs or languages or filters or self.url_blocklist
+                or self.pii == "mask"):
+            return None
+        metadata = self.web_inputs or bool(languages)
+        return WebConfig(filters=filters, filter_options=options, languages=languages,
+                         min_lang_score=self.min_lang_score, identify=metadata,
+                         url_blocklist=self.url_blocklist, pii=self.pii == "mask",
+                         metadata=metadata)
+
+
+_WEB_FIELDS = ("languages", "min_lang_score", "filters", "filter_options", "url_blocklist",
+               "pii", "web_inputs")
 
 
 def cli_fields() -> list[Any]:

@@ -31,6 +31,7 @@ from storage import display_url, resolve
 
 #: format by suffix (after any compression suffix is removed)
 FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".txt": "txt",
+           ".warc": "warc", ".wet": "warc",
            ".text": "txt", ".csv": "csv", ".parquet": "parquet"}
 #: compression by suffix; fsspec's codec names. Compressed streams cannot be split.
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".bz2": "bz2", ".xz": "xz"}

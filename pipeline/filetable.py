@@ -27,7 +27,7 @@ from typing import Any, overload
 import numpy as np
 
 #: format and compression codes (the index in these tuples)
-FORMAT_CODES = ("jsonl", "txt", "csv", "parquet")
+FORMAT_CODES = ("jsonl", "txt", "csv", "parquet", "warc")
 COMPRESSION_CODES = (None, "gzip", "zstd", "bz2", "xz")
 #: a version suffix that starts with this holds the whole version string (not ``size:tag``)
 _LITERAL = "\x00"

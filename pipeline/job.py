@@ -45,7 +45,7 @@ from pipeline import carbon, shuffle, tokenizing, work
 from pipeline.cluster import dask_client
 from pipeline.config import PipelineConfig
 from pipeline.discovery import default_corpus, discover_table
-from pipeline.filetable import FileTable
+from pipeline.filetable import FORMAT_CODES, FileTable
 from pipeline.plan import PartitionPlan, auto_partition_bytes, task_groups
 from pipeline.progress import ProgressBar
 from pipeline.records import StrictModeError
@@ -157,7 +157,9 @@ def build_manifest(cfg: PipelineConfig, tok: tokenizing.TokenizerSpec,
         tokenizer=TokenizerInfo(name=tok.name, path=tokenizer_name(tok.sha256), sha256=tok.sha256,
                                 vocab_size=tok.vocab_size, eos_id=tok.eos_id,
                                 eos_token=tok.eos_token, bytes=len(tok.json.encode("utf-8"))),
-        shards=shards, schema=schema_description(tokens.token_dtype(tok.vocab_size)),
+        shards=shards, schema=schema_description(
+            tokens.token_dtype(tok.vocab_size),
+            cfg.web_config is not None and cfg.web_config.metadata),
         config=cfg.for_manifest(), stats=stats,
         quarantine=tuple(r.quarantine for r in ones if r.quarantine),
     )
@@ -169,7 +171,8 @@ def _train_tokenizer(client: Client, cfg: PipelineConfig, plan: PartitionPlan,
     quota = max(1, cfg.tokenizer_sample_bytes // max(1, len(plan)))
     samples = window.map(lambda i: client.submit(
         sample_texts, plan[i], cfg.read_options, cfg.cleaning, quota,
-        HiddenOptions(cfg.storage_options), pure=False, retries=cfg.retries), range(len(plan)))
+        HiddenOptions(cfg.storage_options), cfg.web_config, pure=False, retries=cfg.retries),
+        range(len(plan)))
     texts = [t for sample in samples for t in sample]  # partition order: deterministic
     return tokenizing.train_bpe(texts, vocab)
 
@@ -230,7 +233,8 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
     params = StageParams(cfg.read_options, cfg.cleaning, cfg.dedup == "exact", cfg.near_dup,
                          (cfg.minhash_perms, cfg.minhash_bands, cfg.shingle_words), tok.sha256,
                          tok.vocab_size, tok.eos_id, cfg.encode_batch_docs,
-                         cfg.row_group_tokens, cfg.strict, cfg.storage_options)
+                         cfg.row_group_tokens, cfg.strict, cfg.storage_options,
+                         web=cfg.web_config)
     tag = uuid.uuid4().hex[:8]
     opts: dict[str, Any] = {"pure": False, "retries": cfg.retries}
 
@@ -397,6 +401,8 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: Lease, log: TextIO,
     total_bytes = files.total_bytes
     if not cfg.partition_bytes:  # resolved here, so the manifest records the size used
         cfg = replace(cfg, partition_bytes=auto_partition_bytes(total_bytes))
+    if (files.formats == FORMAT_CODES.index("warc")).any():  # the web steps and columns
+        cfg = replace(cfg, web_inputs=True)
     plan = PartitionPlan(files, cfg.partition_bytes)
     # A dataset already committed at the output stays readable, untouched, until the commit
     # below: every object this run writes has a name made from its content.

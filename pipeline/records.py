@@ -18,8 +18,16 @@ class StrictModeError(RuntimeError):
 
 @dataclass(frozen=True)
 class Document:
+    """``kind``: ``"text"``, ``"html"`` (the web steps extract its text) or ``"other:MIME"``
+    (a web record that is neither, counted and dropped by the web steps). ``url``, ``date`` and
+    ``source`` (``file@offset``) come from WARC/WET records."""
+
     doc_id: str
     text: str
+    url: str | None = None
+    date: str | None = None
+    source: str | None = None
+    kind: str = "text"
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,22 @@ SCHEMA = pa.schema([
     pa.field("doc_id", pa.string(), nullable=False),
     pa.field("input_ids", pa.binary(), nullable=False),
 ])
+#: web inputs (pipeline.web): metadata columns after ``input_ids`` for inspection and export;
+#: readers of tokens never read them (they fetch the ``input_ids`` column chunk only)
+META_FIELDS = (pa.field("url", pa.string()), pa.field("date", pa.string()),
+               pa.field("source", pa.string()), pa.field("lang", pa.string()),
+               pa.field("lang_score", pa.float32()))
+META_SCHEMA = pa.schema([*SCHEMA, *META_FIELDS])
 #: ids of vocabularies up to 65,536 entries (GPT-2's is 50,257)
 GPT2_DTYPE = np.dtype("<u2")
 
 
-def schema_description(dtype: np.dtype) -> dict[str, str]:
+def schema_description(dtype: np.dtype, metadata: bool = False) -> dict[str, str]:
     """The manifest's ``schema``: column names to their types / token encodings."""
-    return {"doc_id": "string", "input_ids": tokens.encoding_name(dtype)}
+    out = {"doc_id": "string", "input_ids": tokens.encoding_name(dtype)}
+    if metadata:
+        out.update({f.name: str(f.type) for f in META_FIELDS})
+    return out
 
 
 def row_group_bounds(token_counts: Sequence[int], target_tokens: int) -> list[tuple[int, int]]:
@@ -49,9 +58,14 @@ def token_column(ids: Sequence[np.ndarray], dtype: np.dtype) -> pa.BinaryArray:
     return tokens.pack(lengths, values, dtype)
 
 
-def shard_table(doc_ids: Sequence[str] | pa.Array, input_ids: pa.BinaryArray) -> pa.Table:
+def shard_table(doc_ids: Sequence[str] | pa.Array, input_ids: pa.BinaryArray,
+                meta: dict[str, list] | None = None) -> pa.Table:
+    """A shard's rows; ``meta``: the metadata columns (:data:`META_FIELDS`) by name."""
     ids = doc_ids if isinstance(doc_ids, pa.Array) else pa.array(list(doc_ids), pa.string())
-    return pa.Table.from_arrays([ids, input_ids], schema=SCHEMA)
+    if meta is None:
+        return pa.Table.from_arrays([ids, input_ids], schema=SCHEMA)
+    extra = [pa.array(meta[f.name], f.type) for f in META_FIELDS]
+    return pa.Table.from_arrays([ids, input_ids, *extra], schema=META_SCHEMA)
 
 
 class ShardWriter:
@@ -64,14 +78,16 @@ class ShardWriter:
     gather in a temporary file, read back once by :func:`finish` for the one atomic put.
     """
 
-    def __init__(self, dtype: np.dtype, target_rg_tokens: int) -> None:
+    def __init__(self, dtype: np.dtype, target_rg_tokens: int,
+                 schema: pa.Schema = SCHEMA) -> None:
         self.dtype, self.target = np.dtype(dtype), target_rg_tokens
         self.encoding = tokens.encoding_name(self.dtype)
         self._file = tempfile.TemporaryFile()  # noqa: SIM115 - closed by finish/close
         # Token ids are stored plain (no dictionary: it buys nothing after zstd and costs a
         # decode step); pages of 1 MiB keep decoding in large runs.
-        self._writer = pq.ParquetWriter(self._file, SCHEMA, compression="zstd",
-                                        compression_level=3, use_dictionary=["doc_id"],
+        self._writer = pq.ParquetWriter(self._file, schema, compression="zstd",
+                                        compression_level=3,
+                                        use_dictionary=["doc_id", "lang"],
                                         data_page_size=1 << 20, write_statistics=False,
                                         store_schema=False)
         self._pending: list[pa.Table] = []

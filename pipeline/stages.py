@@ -38,7 +38,8 @@ from pipeline.dedup import (
 from pipeline.plan import Partition
 from pipeline.readers import ReadOptions, read_partition
 from pipeline.records import Rejected
-from pipeline.shards import ShardWriter, shard_table
+from pipeline.shards import META_SCHEMA, SCHEMA, ShardWriter, shard_table
+from pipeline.web import WebConfig, WebSteps
 from storage import (
     ObjectInfo,
     ReplicaSet,
@@ -71,6 +72,8 @@ class StageParams:
     strict: bool
     # Credentials may be in here: never in a repr, so never in Dask's "Compute Failed" logs.
     storage_options: dict[str, Any] | None = field(default=None, repr=False)
+    #: the web steps (pipeline.web): extraction, language, rule sets, PII; None: off
+    web: WebConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,7 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
     tok_json = _tokenizer_json(store, p.tokenizer_sha256)
     hasher = _minhasher(*p.minhash) if p.near_dup else None
     cleaner = Cleaner(p.cleaning)
+    web = WebSteps(p.web, p.storage_options) if p.web is not None else None
     dtype = tokens.token_dtype(p.vocab_size)
     rejected: list[dict[str, str]] = []
     # Streamed: each encode batch goes to the shard writer (which holds at most one row group
@@ -145,13 +149,15 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
         nonlocal doc_ids, batch, batch_chars, keys, positions, kinds, n_tokens
         if batch:
             ln, vals = tokenizing.encode_flat(tok_json, p.eos_id, batch)
-            writer.add(shard_table(doc_ids, tokens.pack(ln, vals, dtype)), ln)
+            writer.add(shard_table(doc_ids, tokens.pack(ln, vals, dtype),
+                                   web.take() if web is not None else None), ln)
             n_tokens += int(vals.size)
         if keys:
             spool.append(entries(keys, positions, kinds))
         doc_ids, batch, batch_chars, keys, positions, kinds = [], [], 0, [], [], []
 
-    with ShardWriter(dtype, p.row_group_tokens) as writer:
+    schema = META_SCHEMA if p.web is not None and p.web.metadata else SCHEMA
+    with ShardWriter(dtype, p.row_group_tokens, schema) as writer:
         spool = work.ArraySpool(ENTRY)
         try:
             for item in read_partition(part, p.read, p.storage_options):
@@ -161,7 +167,7 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
                     rejected.append(asdict(item))
                     continue
                 docs_in += 1
-                text = cleaner(item.text)
+                text = cleaner(item.text) if web is None else web(item, cleaner)
                 if text is None:
                     continue
                 pos = rows
@@ -176,6 +182,8 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
                     positions += [pos] * len(bands)
                     kinds += [KIND_NEAR] * len(bands)
                 doc_ids.append(item.doc_id)
+                if web is not None:
+                    web.keep()
                 batch.append(text)
                 batch_chars += len(text)
                 if len(batch) >= p.encode_batch_docs or batch_chars >= BATCH_CHARS:
@@ -195,7 +203,8 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
     quarantine = put_quarantine(store, part.index, rejected) if rejected else None
     result = work.PhaseOne(
         index=part.index, key=key, docs_in=docs_in + len(rejected), rows=rows,
-        tokens=n_tokens, dropped=dict(cleaner.dropped), changed=dict(cleaner.changed),
+        tokens=n_tokens, dropped=dict(cleaner.dropped + (web.dropped if web else Counter())),
+        changed=dict(cleaner.changed + (web.changed if web else Counter())),
         quarantined=dict(Counter(r["reason"] for r in rejected)), quarantine=quarantine,
         shard=shard, keys_sha256=keys_sha256, durable=not scratch.primary.is_local)
     work.put_json(scratch, work.done1_path(key), work.marker(result))
@@ -249,7 +258,8 @@ def _without(scratch: ReplicaSet, one: work.PhaseOne, dropped: np.ndarray, dtype
         scratch.get(work.rows_path(one.key), sha256=one.shard.sha256)))
     keep = np.ones(source.metadata.num_rows, dtype=bool)
     keep[dropped] = False
-    with ShardWriter(dtype, row_group_tokens) as writer:
+    schema = META_SCHEMA if "url" in source.schema_arrow.names else SCHEMA
+    with ShardWriter(dtype, row_group_tokens, schema) as writer:
         at = 0
         for i in range(source.num_row_groups):
             group = source.read_row_group(i)
@@ -272,15 +282,16 @@ def phase_two_each(ones: list[work.PhaseOne], run_key: str, store: ReplicaSet,
 
 
 def sample_texts(part: Partition, read: ReadOptions, cleaning: CleaningConfig, quota: int,
-                 options: HiddenOptions) -> list[str]:
+                 options: HiddenOptions, web_config: WebConfig | None = None) -> list[str]:
     """The first ``quota`` characters of cleaned documents: a tokenizer-training sample."""
     cleaner = Cleaner(cleaning)
+    web = WebSteps(web_config, options.value) if web_config is not None else None
     out: list[str] = []
     size = 0
     for item in read_partition(part, read, options.value):
         if isinstance(item, Rejected):
             continue
-        text = cleaner(item.text)
+        text = cleaner(item.text) if web is None else web(item, cleaner)
         if text is None:
             continue
         out.append(text[: quota - size])

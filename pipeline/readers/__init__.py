@@ -74,7 +74,7 @@ def read_partition(part: Partition, opts: ReadOptions,
                    storage_options: dict[str, Any] | None = None
                    ) -> Iterator[Document | Rejected]:
     """Stream the documents (and rejected records) of one partition."""
-    from pipeline.readers import csv, jsonl, parquet, text
+    from pipeline.readers import csv, jsonl, parquet, text, warc
 
     loc = resolve(part.url, storage_options)
     name = posixpath.basename(loc.root)
@@ -82,9 +82,12 @@ def read_partition(part: Partition, opts: ReadOptions,
     truncated = _truncation_errors()
     position = [0]  # decompressed offset reached, for the truncation report
     try:
-        fh = loc.fs.open(loc.root, "rb", compression=part.compression, block_size=4 << 20)
+        # WARC/WET: the reader takes the gzip members itself (pipeline.readers.warc)
+        compression = (None if part.fmt == "warc" and part.compression == "gzip"
+                       else part.compression)
+        fh = loc.fs.open(loc.root, "rb", compression=compression, block_size=4 << 20)
         salvage = None
-        if part.compression:
+        if compression:
             salvage = _Salvage(fh, truncated)
             fh = io.BufferedReader(salvage, 1 << 16)
         elif part.fmt != "parquet" and not loc.is_local:
@@ -103,6 +106,8 @@ def read_partition(part: Partition, opts: ReadOptions,
                 items = text.read(fh, part, name, opts, position)
             elif part.fmt == "csv":
                 items = csv.read(fh, name, opts, position)
+            elif part.fmt == "warc":
+                items = warc.read(fh, name, opts, position)
             else:
                 items = parquet.read(fh, part, name, opts)
             for item in items:
