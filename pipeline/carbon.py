@@ -89,13 +89,16 @@ def waiting_line(d: Decision, now: float, max_intensity: float | None) -> str:
 class CarbonGate:
     """``gate(block)`` for :class:`pipeline.window.TaskWindow`: True to admit a task now.
     ``block``: the window has no live task, so wait here (sleeping, re-planning every
-    :data:`RECHECK_S`) until the planner says run."""
+    ``recheck_s``) until the planner says run. ``signal``: anything with ``forecast()`` (a
+    :class:`storage.energy.Signal`; the replay benchmark passes a simulated feed)."""
 
-    def __init__(self, signal: Signal, deadline: float | None, max_intensity: float | None,
+    def __init__(self, signal: Any, deadline: float | None, max_intensity: float | None,
                  log: TextIO, prior_s: float = 0.0, clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, recheck_s: float = RECHECK_S
+                 ) -> None:
         self.signal, self.deadline, self.max_intensity = signal, deadline, max_intensity
         self.log, self.prior_s, self.clock, self.sleep = log, prior_s, clock, sleep
+        self.recheck_s = recheck_s
         self.progress: Callable[[], float] = lambda: 0.0
         self.started = clock()
         self.waited_s = 0.0
@@ -140,7 +143,7 @@ class CarbonGate:
                     print(line, file=self.log, flush=True)
                     self._said = line
                 assert d.until is not None
-                self.sleep(max(0.05, min(RECHECK_S, d.until - now)))
+                self.sleep(max(0.05, min(self.recheck_s, d.until - now)))
                 self._decision = None
                 d = self.decision()
         finally:
