@@ -97,16 +97,46 @@ def _version(info: dict[str, Any]) -> str:
     return f"{info.get('size')}:{_tag(info)}"
 
 
+def _tail(url: str) -> str:
+    """The file name's last two dot-suffixes (``.jsonl.zst``; ``.txt`` if it has one; the
+    name if none), as written."""
+    base = url.rfind("/") + 1
+    last = url.rfind(".", base)
+    if last < 0:
+        return url[base:]
+    second = url.rfind(".", base, last)
+    return url[second if second >= 0 else last:]
+
+
 def _format_codes(url: str, cache: dict[str, tuple[int, int]]) -> tuple[int, int]:
     """``(format code, compression code)`` of a file: :func:`detect_format` depends only on
     the name's last two dot-suffixes (``.jsonl.zst``), so one call per distinct ending."""
-    last = url.rfind(".")
-    tail = url[max(url.rfind(".", 0, last), last, 0):].lower() if last >= 0 else url
+    tail = _tail(url).lower()
     codes = cache.get(tail)
     if codes is None:
         fmt, compression = detect_format(url)
         codes = cache[tail] = (FORMAT_CODES.index(fmt), COMPRESSION_CODES.index(compression))
     return codes
+
+
+def _page_codes(urls: list[str], cache: dict[str, tuple[int, int]]
+                ) -> tuple[list[int], list[int]]:
+    """:func:`_format_codes` of a listing page as ``(formats, compressions)``: one lookup
+    when every name ends as the first does (the usual page: ``part-*.jsonl.zst``), else one
+    per name."""
+    first = urls[0]
+    tail = _tail(first)
+    if tail.count(".") == 2:  # a name that ends so has these last two suffixes
+        same = all(u.endswith(tail) for u in urls)
+    elif tail.count(".") == 1:  # and no other dot in its name
+        same = all(u.endswith(tail) and u.count(".", u.rfind("/") + 1) == 1 for u in urls)
+    else:
+        same = False
+    if same:
+        f, c = _format_codes(first, cache)
+        return [f] * len(urls), [c] * len(urls)
+    fc = [_format_codes(u, cache) for u in urls]
+    return [f for f, _ in fc], [c for _, c in fc]
 
 
 def _listing_pages(loc: Any, spec: str) -> Iterator[list[tuple[str, dict[str, Any]]]]:
@@ -216,19 +246,17 @@ def discover_table(inputs: list[str], storage_options: dict[str, Any] | None = N
                     raise InputError(f"{spec}: {match} is a directory; "
                                      f"pass a glob such as {match}/*.jsonl")
             urls = [m for m, _ in page] if strip is None else strip([m for m, _ in page])
-            fc = [_format_codes(u, codes) for u in urls]
+            fmts, comps = _page_codes(urls, codes)
             raw = [i.get("size") for _, i in page]
             if all(type(r) is int for r in raw):  # version = f"{size}:{tag}": the tags alone
-                builder.add_page(urls, raw, None, [f for f, _ in fc], [c for _, c in fc],
+                builder.add_page(urls, raw, None, fmts, comps,
                                  tags=[str(_tag(i)) for _, i in page])
             else:
                 builder.add_page(urls, [int(r or 0) for r in raw],
-                                 [_version(i) for _, i in page], [f for f, _ in fc],
-                                 [c for _, c in fc])
+                                 [_version(i) for _, i in page], fmts, comps)
     if inputs_from:
         for urls, sizes, versions in read_inputs_from(inputs_from, storage_options):
-            fc = [_format_codes(u, codes) for u in urls]
-            builder.add_page(urls, sizes, versions, [f for f, _ in fc], [c for _, c in fc])
+            builder.add_page(urls, sizes, versions, *_page_codes(urls, codes))
     table = builder.finish()
     parquet = np.flatnonzero(table.formats == FORMAT_CODES.index("parquet"))
     if len(parquet):

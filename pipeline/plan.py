@@ -31,6 +31,8 @@ AUTO_MIN_BYTES = 1 << 20
 AUTO_MAX_BYTES = 1 << 30
 #: at most this many partitions to one task of the job's tail (see :func:`task_groups`)
 TAIL_GROUP_MAX = 64
+#: files counted together when a plan is made (bounds its temporaries)
+_PLAN_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -159,27 +161,40 @@ class PartitionPlan(Sequence[Partition]):
             raise ValueError(f"partition size must be positive, got {target_bytes} "
                              "(resolve 0 with auto_partition_bytes first)")
         self.table, self.target = table, target_bytes
-        split = np.isin(table.formats, [FORMAT_CODES.index(f) for f in SPLITTABLE]) & (
-            table.compressions == 0)
-        counts = np.ones(len(table), dtype=np.int64)
-        # byte_ranges' ceil(size / target), in the same float arithmetic (sizes < 2**53)
-        counts[split] = np.maximum(1, np.ceil(table.sizes[split] / float(target_bytes))
-                                   ).astype(np.int64)
+        self._splittable = np.array([f in SPLITTABLE for f in FORMAT_CODES])
         self._parquet: dict[int, list[tuple[int, int]]] = {}
+        parquet_counts: dict[int, int] = {}
         for i, groups in table.row_groups.items():
             ranges = row_group_ranges(groups, target_bytes)
-            counts[i] = len(ranges)
+            parquet_counts[i] = len(ranges)
             if len(ranges) > 1 or ranges[0] != (0, -1):
                 self._parquet[i] = ranges
-        self._split = split
-        self._counts = counts
-        ones = bool((counts == 1).all())
-        #: partition i's first index per file (None: file i is partition i)
-        self._first: np.ndarray | None = None if ones else np.concatenate(
-            [[0], np.cumsum(counts)]).astype(np.int64)
-        if ones:
-            self._counts = None  # type: ignore[assignment]
-        self._n = len(table) if ones else int(self._first[-1])  # type: ignore[index]
+        #: partition i's first index per file (None: file i is partition i). Counted a
+        #: chunk of files at a time: whole-table temporaries cost 80 MB each at 10 M files.
+        self._first: np.ndarray | None = None
+        n = len(table)
+        for lo in range(0, n, _PLAN_CHUNK):
+            counts = self._counts_of(lo, min(n, lo + _PLAN_CHUNK), parquet_counts)
+            if self._first is None and (counts != 1).any():
+                self._first = np.arange(n + 1, dtype=np.int64)  # files before lo: one each
+            if self._first is not None:
+                np.cumsum(counts, out=self._first[lo + 1:lo + 1 + len(counts)])
+                self._first[lo + 1:lo + 1 + len(counts)] += self._first[lo]
+        self._n = n if self._first is None else int(self._first[-1])
+
+    def _counts_of(self, lo: int, hi: int, parquet_counts: dict[int, int]) -> np.ndarray:
+        """Partitions of files ``[lo, hi)``: byte_ranges' ``ceil(size / target)`` for
+        splittable files (the same float arithmetic; sizes < 2**53), row groups' for
+        Parquet, one for the rest."""
+        t = self.table
+        split = self._splittable[t.formats[lo:hi]] & (t.compressions[lo:hi] == 0)
+        counts = np.ones(hi - lo, dtype=np.int64)
+        counts[split] = np.maximum(1, np.ceil(t.sizes[lo:hi][split] / float(self.target))
+                                   ).astype(np.int64)
+        for i, c in parquet_counts.items():
+            if lo <= i < hi:
+                counts[i - lo] = c
+        return counts
 
     def __len__(self) -> int:
         return self._n
@@ -192,8 +207,9 @@ class PartitionPlan(Sequence[Partition]):
             f, j, n = i, 0, 1
         else:
             f = int(np.searchsorted(self._first, i, side="right")) - 1
-            j, n = i - int(self._first[f]), int(self._counts[f])
-        if self._split[f]:
+            j, n = i - int(self._first[f]), int(self._first[f + 1] - self._first[f])
+        t = self.table
+        if self._splittable[t.formats[f]] and t.compressions[f] == 0:
             size = int(self.table.sizes[f])
             q, r = divmod(size, n)  # size * j // n without the overflow of size * j
             return f, j * q + j * r // n, (j + 1) * q + (j + 1) * r // n

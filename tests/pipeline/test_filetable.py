@@ -137,3 +137,24 @@ def test_a_paged_listing_streams(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         [f.url for f in table] == [f"pagedtest://d/f{i}.jsonl" for i in range(10)]
     assert [f.size for f in table] == list(range(10))
     assert PagedFS.pages_served == 4
+
+
+
+@given(st.lists(st.tuples(st.sampled_from(["s3://b/raw/", "data/v1.2/", "x/", ""]),
+                          st.text("ab", max_size=3),
+                          st.sampled_from(["", ".b", ".v1", ".jsonl", ".TXT"]),
+                          st.sampled_from([".jsonl", ".json", ".txt", ".Txt", ".csv"]),
+                          st.sampled_from(["", ".gz", ".zst", ".xz", ".GZ"])),
+                min_size=1, max_size=20))
+@settings(max_examples=300, deadline=None)
+def test_page_codes_are_each_names_format(names: list) -> None:
+    """A listing page's format codes, found once per page where the names end alike, are
+    detect_format's for every name (mixed endings such as .txt.gz and .jsonl.gz included)."""
+    from pipeline.discovery import _page_codes, detect_format
+
+    urls = ["".join(parts) for parts in names]
+    want = {u: (FORMAT_CODES.index(detect_format(u)[0]),
+                COMPRESSION_CODES.index(detect_format(u)[1])) for u in urls}
+    for page in (urls, sorted(urls)):
+        fmts, comps = _page_codes(page, {})
+        assert list(zip(fmts, comps, strict=True)) == [want[u] for u in page]
