@@ -129,29 +129,23 @@ class RunSummary:
 
 
 def build_manifest(cfg: PipelineConfig, tok: tokenizing.TokenizerSpec,
-                   ones: list[work.PhaseOne], twos: list[work.PhaseTwo]) -> Manifest:
+                   ones: work.PhaseOneResults, twos: list[work.PhaseTwo]) -> Manifest:
     """The manifest from the results, in partition order (never completion order)."""
-    ones = sorted(ones, key=lambda r: r.index)
     twos = sorted(twos, key=lambda r: r.index)
-    dropped: Counter[str] = Counter()
-    changed: Counter[str] = Counter()
-    quarantined: Counter[str] = Counter()
-    for r in ones:
-        dropped.update(r.dropped)
-        changed.update(r.changed)
-        quarantined.update(r.quarantined)
+    dropped: Counter[str] = Counter(ones.dropped)
+    changed, quarantined = ones.changed, ones.quarantined
     for t in twos:
         dropped.update(t.duplicates)
     shards = tuple(t.shard for t in twos if t.shard is not None)
     stats = {
-        "documents_in": sum(r.docs_in for r in ones),
+        "documents_in": ones.docs_in,
         "documents_out": sum(s.rows for s in shards),
         "dropped": dict(sorted(dropped.items())),
         "changed": dict(sorted(changed.items())),
         "quarantined": dict(sorted(quarantined.items())),
         "tokens": sum(s.tokens for s in shards),
         "bytes": sum(s.bytes for s in shards),
-        "partitions": len(ones),
+        "partitions": ones.n,
     }
     return Manifest(
         tokenizer=TokenizerInfo(name=tok.name, path=tokenizer_name(tok.sha256), sha256=tok.sha256,
@@ -161,7 +155,7 @@ def build_manifest(cfg: PipelineConfig, tok: tokenizing.TokenizerSpec,
             tokens.token_dtype(tok.vocab_size),
             cfg.web_config is not None and cfg.web_config.metadata),
         config=cfg.for_manifest(), stats=stats,
-        quarantine=tuple(r.quarantine for r in ones if r.quarantine),
+        quarantine=ones.quarantines(),
     )
 
 
@@ -198,7 +192,7 @@ def _phase_two_started(scratch: ReplicaSet) -> bool:
 def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
              tok: tokenizing.TokenizerSpec, plan: PartitionPlan, bar: ProgressBar,
              workers: int, window: TaskWindow
-             ) -> tuple[list[work.PhaseOne], list[work.PhaseTwo], int]:
+             ) -> tuple[work.PhaseOneResults, list[work.PhaseTwo], int]:
     """Phase 1 of every partition, the dedup shuffle, phase 2: each through ``window``, so
     the tasks alive on the scheduler and in the driver are bounded by the cluster's size,
     never by the number of partitions.
@@ -206,6 +200,9 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
     Partitions, their keys and their work-file names are made one at a time as tasks are
     submitted (``plan`` is compact, :class:`pipeline.plan.PartitionPlan`); what earlier runs
     finished is read once per phase from the markers' ledgers (:func:`pipeline.work.read_state`).
+    Phase 1's results are folded into arrays and sums as they come
+    (:class:`pipeline.work.PhaseOneResults`); a phase-2 task reads its partitions' phase-1
+    results from their markers itself.
     """
     salt = json.dumps([cfg.for_manifest(), tok.sha256], sort_keys=True)
     keys = plan.keys(salt)
@@ -249,7 +246,7 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
         # A phase-1 marker with rows but no shard entry is from an older version: redo it.
         return d if d and (d.get("shard") or not d.get("rows")) else None
 
-    ones: dict[int, work.PhaseOne] = {}
+    ones = work.PhaseOneResults(n)
     hasher = None if rkey else hashlib.sha256()
     bar.update(len(twos))
 
@@ -265,7 +262,7 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
             # redo, when they are fine. Where they are not read again, the marker's counts are
             # all we use.
             if earlier and (earlier.durable or not (read_all or i not in twos)):
-                ones[i] = earlier
+                ones.add(earlier)
                 bar.update(1)
             else:
                 yield i, k, earlier
@@ -279,7 +276,7 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
     for _task, one in window.run(submit_one, redo()):
         if one.error:
             raise StrictModeError(one.error)
-        ones[one.index] = one
+        ones.add(one)
         if not one.resumed:
             ledger1.add(work.done1_path(one.key), one)
         bar.update(1, 0 if one.resumed else one.tokens)
@@ -291,7 +288,7 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
                          np.fromiter(twos, dtype=np.int64, count=len(twos)))
     drops: dict[int, shuffle.DropRange] = {}
     if dedup and len(todo2):  # duplicates are known only once every partition's keys are
-        drops = _dedup(client, cfg, store, n, keys, rkey, ones, tag, opts, window)
+        drops = _dedup(client, cfg, store, n, keys, rkey, ones.rows, tag, opts, window)
     # Re-encoded without their duplicates, one task each; the others are linked or copied,
     # several to a task.
     dropping = np.isin(todo2, np.fromiter(drops, dtype=np.int64, count=len(drops)))
@@ -306,10 +303,10 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
     def submit_two(task: tuple[str, Any]) -> Future:
         kind, what = task
         if kind == "one":
-            return client.submit(phase_two, ones[what], rkey, store,
+            return client.submit(_phase_two_at, keys[what], rkey, store,
                                  cfg.row_group_tokens, tok.vocab_size, drops[what],
                                  key=f"phase2-{what:05d}-{tag}", **opts)
-        return client.submit(phase_two_each, [ones[i] for i in what], rkey, store,
+        return client.submit(_phase_two_each_at, [keys[i] for i in what], rkey, store,
                              cfg.row_group_tokens, tok.vocab_size,
                              key=f"phase2-{what[0]:05d}-{what[-1]:05d}-{tag}",
                              **opts)
@@ -322,12 +319,11 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
                 ledger2.add(work.done2_path(rkey, two.index), two)
         bar.update(len(result) if isinstance(result, list) else 1)
     ledger2.flush()
-    resumed = sum(1 for o in ones.values() if o.resumed)
-    return list(ones.values()), list(twos.values()), resumed
+    return ones, list(twos.values()), ones.resumed
 
 
 def _dedup(client: Client, cfg: PipelineConfig, store: ReplicaSet, n: int,
-           keys: Sequence[str], rkey: str, ones: dict[int, work.PhaseOne], tag: str,
+           keys: Sequence[str], rkey: str, rows: np.ndarray, tag: str,
            opts: dict[str, Any], window: TaskWindow) -> dict[int, shuffle.DropRange]:
     """The dedup shuffle (see :mod:`pipeline.shuffle`): where each partition's drops lie.
 
@@ -343,7 +339,45 @@ def _dedup(client: Client, cfg: PipelineConfig, store: ReplicaSet, n: int,
                                                   **opts), range(len(args)))
 
     return shuffle.run(on_dask, store, rkey, keys,  # type: ignore[arg-type]
-                       [per_doc * ones[i].rows for i in range(n)], cfg.dedup_buckets).drops
+                       _Counts(rows, per_doc), cfg.dedup_buckets).drops
+
+
+class _Counts(Sequence[int]):
+    """``rows * per_doc`` as the sequence of ints the shuffle takes, made as it is read:
+    10 M partitions' counts as a list of Python ints would be ~360 MB."""
+
+    def __init__(self, rows: np.ndarray, per_doc: int) -> None:
+        self.rows, self.per_doc = rows, per_doc
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [int(r) * self.per_doc for r in self.rows[i]]
+        return int(self.rows[i]) * self.per_doc
+
+    def __iter__(self) -> Iterator[int]:
+        for lo in range(0, len(self.rows), 1 << 16):
+            for r in self.rows[lo:lo + (1 << 16)].tolist():
+                yield r * self.per_doc
+
+
+def _phase_two_at(key: str, run_key: str, store: ReplicaSet, row_group_tokens: int,
+                  vocab_size: int, drop: Any = None) -> work.PhaseTwo:
+    """Phase 2 of the partition whose phase 1 left its marker under ``key`` (read here, on
+    the worker: the driver keeps no per-partition result, :class:`work.PhaseOneResults`)."""
+    return phase_two(work.load_one(store, key), run_key, store, row_group_tokens, vocab_size,
+                     drop)
+
+
+def _phase_two_each_at(keys: list[str], run_key: str, store: ReplicaSet,
+                       row_group_tokens: int, vocab_size: int) -> list[work.PhaseTwo]:
+    """:func:`pipeline.stages.phase_two_each` of partitions named by their keys; their
+    markers are read a few at a time."""
+    with ThreadPoolExecutor(8) as pool:
+        ones = list(pool.map(lambda k: work.load_one(store, k), keys))
+    return phase_two_each(ones, run_key, store, row_group_tokens, vocab_size)
 
 
 T = TypeVar("T")
@@ -431,7 +465,7 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: Lease, log: TextIO,
         meter.track(bar)
         ones, twos, resumed = _execute(client, cfg, store, tok, plan, bar, max(1, n), window)
         meter.finish()
-    check_not_all_unreadable(ones, store)  # never commit a dataset of unreadable inputs
+    check_not_all_unreadable([ones.total()], store)  # never commit a dataset of unreadable inputs
 
     listed = build_manifest(cfg, tok, ones, twos)
     energy = meter.record(listed.stats["tokens"])

@@ -18,6 +18,7 @@ import json
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -73,6 +74,63 @@ class PhaseTwo:
         s = d.get("shard")
         return cls(d["index"], ShardInfo.from_dict(s) if s else None, d.get("duplicates", {}),
                    resumed=True)
+
+
+class PhaseOneResults:
+    """Phase 1's results as the driver keeps them: nothing per partition as a Python object.
+
+    A :class:`PhaseOne` a partition held until the end (a few hundred bytes each with its
+    dicts and shard record: GBs at 10 M partitions) is folded in as it arrives: its row count
+    into one array (the dedup shuffle sizes its buckets and groups from it; 4 bytes a
+    partition, 8 past 4 Gi rows), the rest summed; only partitions with quarantined records
+    keep their quarantine object. Phase 2 reads a partition's full result from its marker on
+    the store (:func:`load_one`), on the worker that needs it.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.rows = np.zeros(n, dtype=np.uint32)
+        self.docs_in = self.tokens = self.resumed = self.count = 0
+        self.dropped: Counter[str] = Counter()
+        self.changed: Counter[str] = Counter()
+        self.quarantined: Counter[str] = Counter()
+        #: partition index -> its quarantine object (only partitions that have one)
+        self.quarantine: dict[int, ObjectInfo] = {}
+
+    def add(self, one: PhaseOne) -> None:
+        if one.rows >= 2**32 and self.rows.dtype != np.int64:
+            self.rows = self.rows.astype(np.int64)
+        self.rows[one.index] = one.rows
+        self.docs_in += one.docs_in
+        self.tokens += one.tokens
+        self.resumed += one.resumed
+        self.count += 1
+        self.dropped.update(one.dropped)
+        self.changed.update(one.changed)
+        self.quarantined.update(one.quarantined)
+        if one.quarantine:
+            self.quarantine[one.index] = one.quarantine
+
+    def quarantines(self) -> tuple[ObjectInfo, ...]:
+        """The quarantine objects in partition order."""
+        return tuple(self.quarantine[i] for i in sorted(self.quarantine))
+
+    def total(self) -> PhaseOne:
+        """Everything summed as one result (its quarantine: the first partition's)."""
+        q = self.quarantines()
+        return PhaseOne(-1, "", docs_in=self.docs_in, rows=int(self.rows.sum()),
+                        tokens=self.tokens, dropped=dict(self.dropped),
+                        changed=dict(self.changed), quarantined=dict(self.quarantined),
+                        quarantine=q[0] if q else None)
+
+
+def load_one(store: ReplicaSet, key: str) -> PhaseOne:
+    """Partition ``key``'s phase-1 result from its marker (every finished phase 1 leaves
+    one: :func:`done1_path`); a missing marker is an error naming it (the task is retried)."""
+    d = get_json(work_store(store), done1_path(key))
+    if not d:
+        raise FileNotFoundError(f"{done1_path(key)}: phase-1 marker missing or unreadable")
+    return PhaseOne.from_dict(d)
 
 
 def rows_path(key: str) -> str:

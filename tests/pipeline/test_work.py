@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline import work
 from storage import ReplicaSet
@@ -109,3 +112,48 @@ def test_run_key_streams() -> None:
     import hashlib
     assert work.run_key(iter(keys)) == \
         hashlib.sha256("\n".join(keys).encode()).hexdigest()[:24]
+
+
+_reasons = st.dictionaries(st.sampled_from(["a", "b", "c"]), st.integers(0, 5), max_size=2)
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**33), st.integers(0, 9), st.integers(0, 99),
+                          _reasons, _reasons, st.booleans(), st.booleans()),
+                min_size=1, max_size=30), st.randoms())
+@settings(max_examples=100, deadline=None)
+def test_phase_one_results_fold_what_the_objects_held(rows: list, rnd) -> None:  # noqa: ANN001
+    """The driver's compact phase-1 results, fed in any completion order, give what a
+    PhaseOne kept per partition gave: rows by partition, sums, quarantines in order."""
+    from storage import ObjectInfo
+
+    ones = [work.PhaseOne(i, f"k{i}", docs_in=d, rows=r, tokens=t, dropped=dr,
+                          quarantined=q, resumed=res,
+                          quarantine=ObjectInfo(f"quarantine/{i}.jsonl", 1, "0" * 64)
+                          if has_q else None)
+            for i, (r, d, t, dr, q, res, has_q) in enumerate(rows)]
+    got = work.PhaseOneResults(len(ones))
+    for one in rnd.sample(ones, len(ones)):
+        got.add(one)
+    assert got.rows.tolist() == [o.rows for o in ones]
+    assert (got.docs_in, got.tokens, got.resumed) == (
+        sum(o.docs_in for o in ones), sum(o.tokens for o in ones), sum(o.resumed for o in ones))
+    dropped: Counter[str] = Counter()
+    quarantined: Counter[str] = Counter()
+    for o in ones:  # as build_manifest summed them (update: a 0 count stays listed)
+        dropped.update(o.dropped)
+        quarantined.update(o.quarantined)
+    assert got.dropped == dropped
+    assert got.quarantines() == tuple(o.quarantine for o in ones if o.quarantine)
+    total = got.total()
+    assert total.quarantined == dict(quarantined)
+    assert total.quarantine == next((o.quarantine for o in ones if o.quarantine), None)
+
+
+def test_load_one_reads_the_marker_or_names_it(tmp_path: Path) -> None:
+    store = ReplicaSet.from_urls([str(tmp_path)])
+    one = work.PhaseOne(3, "abc", docs_in=2, rows=1, tokens=7)
+    work.put_json(work.work_store(store), work.done1_path("abc"), work.marker(one))
+    assert work.load_one(store, "abc") == work.PhaseOne(3, "abc", docs_in=2, rows=1, tokens=7,
+                                                        resumed=True)
+    with pytest.raises(FileNotFoundError, match="done1/zzz.done.json"):
+        work.load_one(store, "zzz")
