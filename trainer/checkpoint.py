@@ -10,6 +10,13 @@ scheduler) and gets them back. One checkpoint is a directory::
         trainer.json                   step, epoch, loader state, scheduler, world and batch
         COMPLETE                       written last, by rank 0, after every rank has finished
 
+With ``full_every=K`` > 1, every K-th save is full and those in between are *deltas* against
+the last full one (:mod:`trainer.delta`, :mod:`trainer.delta_dcp`): their tensors are
+``__<rank>_0.sfdelta`` records (XOR against the base's chunk, byte planes, zstd; unchanged
+chunks such as frozen parameters take no payload) and ``delta.json`` names the base. Loading
+a delta reads the base's chunks under it and gives bitwise what a full save would have;
+pruning keeps a full checkpoint while a kept delta needs it.
+
 A checkpoint exists only once ``COMPLETE`` does: a job killed half-way through a save leaves a
 directory without it, which :func:`latest_checkpoint` ignores and the next save prunes. The
 marker (rather than writing ``step-N.tmp`` and renaming) works the same on object stores, where
@@ -39,6 +46,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
@@ -52,11 +60,14 @@ from trainer.checkpoint_files import (
     check_trainer_state,
     read_json,
 )
+from trainer.delta import DeltaError, Entry, next_base, to_remove
+from trainer.delta_dcp import delta_reader, delta_writer
 from trainer.safe_metadata import UnsafeCheckpointError, load_metadata, read_capped
 
 FORMAT_VERSION = 1
 COMPLETE = "COMPLETE"
 TRAINER_STATE = "trainer.json"
+DELTA_MANIFEST = "delta.json"
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
 
 
@@ -126,15 +137,22 @@ def _storage_writer(loc: Location, url: str, storage_options: dict[str, Any] | N
                         **_fsspec_options(url, storage_options))
 
 
-def _storage_reader(loc: Location, url: str, storage_options: dict[str, Any] | None) -> Any:
+def _storage_reader(loc: Location, url: str, storage_options: dict[str, Any] | None,
+                    base: Location | None = None) -> Any:
+    """A safe DCP reader; of delta records against ``base`` when given."""
     if loc.is_local:
+        if base is not None:
+            return delta_reader(SafeFileSystemReader, url, base)
         return SafeFileSystemReader(url)
     from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 
     class SafeFsspecReader(_SafeMetadataMixin, FsspecReader):
         pass
 
-    return SafeFsspecReader(url, **_fsspec_options(url, storage_options))
+    options = _fsspec_options(url, storage_options)
+    if base is not None:
+        return delta_reader(SafeFsspecReader, url, base, **options)
+    return SafeFsspecReader(url, **options)
 
 
 # -- RNG states as JSON --------------------------------------------------------------------
@@ -218,6 +236,46 @@ def list_checkpoints(url: str, storage_options: dict[str, Any] | None = None
     return sorted(out)
 
 
+def delta_base(loc: Location, name: str | None = None) -> tuple[int, int] | None:
+    """``(base step, delta index)`` of a delta checkpoint's ``delta.json`` (None: a full one).
+    ``loc``: the checkpoint directory, or its parent with ``name``. The file is untrusted:
+    it must name an earlier ``step-XXXXXXXX`` beside it (no other path)."""
+    relative = f"{name}/{DELTA_MANIFEST}" if name else DELTA_MANIFEST
+    try:
+        manifest = _read_json_file(loc, relative)
+    except FileNotFoundError:
+        return None
+    source = loc.child_url(relative)
+    base, index = manifest.get("base"), manifest.get("index")
+    m = _STEP_DIR.match(base) if isinstance(base, str) else None
+    own = _STEP_DIR.match((name or loc.url.rstrip("/")).rsplit("/", 1)[-1])
+    if manifest.get("format") != FORMAT_VERSION or m is None or not isinstance(index, int) \
+            or isinstance(index, bool) or not 1 <= index < 1 << 31:
+        raise CheckpointFileError(f"{source}: field 'base' must name a step-XXXXXXXX "
+                                  f"checkpoint beside it and 'index' a delta number "
+                                  f"(format {FORMAT_VERSION}), got {str(base)[:80]!r}")
+    if own is not None and int(m.group(1)) >= int(own.group(1)):
+        raise CheckpointFileError(f"{source}: base {base} is not older than the checkpoint")
+    return int(m.group(1)), index
+
+
+def checkpoint_entries(url: str, storage_options: dict[str, Any] | None = None
+                       ) -> list[Entry]:
+    """Every checkpoint under ``url`` as the retention rules see it (a delta's base read
+    from its ``delta.json``; an unreadable one counts as incomplete)."""
+    loc = resolve(url, storage_options)
+    out = []
+    for step, _, complete in list_checkpoints(url, storage_options):
+        found = None
+        if complete:
+            try:
+                found = delta_base(loc, step_dir_name(step))
+            except CheckpointFileError:
+                complete = False
+        out.append(Entry(step, complete, *(found or (None, 0))))
+    return out
+
+
 def latest_checkpoint(url: str, storage_options: dict[str, Any] | None = None) -> str | None:
     """The newest *complete* checkpoint under ``url`` (what ``--resume auto`` takes)."""
     done = [u for _, u, complete in list_checkpoints(url, storage_options) if complete]
@@ -230,9 +288,12 @@ class Checkpointer:
 
     def __init__(self, url: str, *, keep: int = 3,
                  storage_options: dict[str, Any] | None = None,
-                 async_save: bool = False) -> None:
+                 async_save: bool = False, full_every: int = 1) -> None:
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
+        if full_every < 1:
+            raise ValueError(f"full_every must be >= 1, got {full_every}")
+        self.full_every = full_every
         self.loc = resolve(url, storage_options)
         self.url = self.loc.url
         self.storage_options = storage_options
@@ -259,6 +320,10 @@ class Checkpointer:
         path = self.loc.path(name)
         if rank == 0 and self.loc.fs.exists(path):
             self._remove(name)  # a leftover of a save that never finished
+        base = None
+        if self.full_every > 1:  # rank 0 decides, everyone follows
+            base = _broadcast(next_base(checkpoint_entries(self.url, self.storage_options),
+                                        self.full_every) if rank == 0 else None)
         _barrier()
         self.loc.fs.makedirs(self.loc.path(f"{name}/rng"), exist_ok=True)
         self._write_json(f"{name}/rng/rank{rank:05d}.json", rng_state())
@@ -267,7 +332,16 @@ class Checkpointer:
             self._write_json(f"{name}/{TRAINER_STATE}", state)
         model_sd, optim_sd = get_state_dict(model, optimizer)
         state_dict = {"model": model_sd, "optim": optim_sd}
-        writer = _storage_writer(self.loc, url, self.storage_options)
+        if base is not None:
+            if rank == 0:
+                self._write_json(f"{name}/{DELTA_MANIFEST}",
+                                 {"format": FORMAT_VERSION, "base": step_dir_name(base[0]),
+                                  "index": base[1]})
+            writer = delta_writer(self.loc, url, resolve(self.loc.child_url(
+                step_dir_name(base[0])), self.storage_options),
+                _fsspec_options(url, self.storage_options))
+        else:
+            writer = _storage_writer(self.loc, url, self.storage_options)
         if self.async_save:
             result = dcp.async_save(state_dict, storage_writer=writer,
                                     process_group=self._group)
@@ -295,17 +369,10 @@ class Checkpointer:
         _barrier()
 
     def prune(self) -> None:
-        """Keep the newest ``keep`` complete checkpoints; drop older ones and incomplete ones
-        older than the newest complete one (leftovers of killed saves)."""
-        entries = list_checkpoints(self.url, self.storage_options)
-        complete = [s for s, _, c in entries if c]
-        if not complete:
-            return
-        keep = set(complete[-self.keep:])
-        newest = complete[-1]
-        for step, _, is_complete in entries:
-            if step in keep or (not is_complete and step > newest):
-                continue
+        """Keep the newest ``keep`` complete checkpoints and the full ones their deltas need;
+        drop older ones and incomplete ones older than the newest complete one (leftovers of
+        killed saves). See :func:`trainer.delta.to_remove`."""
+        for step in to_remove(checkpoint_entries(self.url, self.storage_options), self.keep):
             self._remove(step_dir_name(step))
 
     def _remove(self, name: str) -> None:
@@ -378,19 +445,42 @@ def load_checkpoint(url: str, model: nn.Module, optimizer: torch.optim.Optimizer
         raise CheckpointError(str(exc)) from None
     except FileNotFoundError:
         raise CheckpointError(f"{url}: no {TRAINER_STATE}") from None
+    base_loc = None
+    try:
+        found = delta_base(loc)
+        if found is not None:  # a delta: its base must be a complete full checkpoint
+            parent = loc.url.rstrip("/").rsplit("/", 1)[0]
+            base_loc = resolve(f"{parent}/{step_dir_name(found[0])}", storage_options)
+            if not base_loc.fs.exists(base_loc.path(COMPLETE)):
+                raise CheckpointError(f"{url} is a delta of {base_loc.url}, which is not a "
+                                      f"complete checkpoint (pruned or never finished)")
+            if delta_base(base_loc) is not None:
+                raise CheckpointError(f"{url}: its base {base_loc.url} is itself a delta")
+    except CheckpointFileError as exc:
+        raise CheckpointError(str(exc)) from None
     try:  # DCP reads it again (safely too), but would bury this error in a collective's
-        with loc.fs.open(loc.path(".metadata"), "rb") as f:
-            source = loc.child_url(".metadata")
-            load_metadata(read_capped(f, source), source)
+        for where in (loc, base_loc) if base_loc is not None else (loc,):
+            with where.fs.open(where.path(".metadata"), "rb") as f:
+                source = where.child_url(".metadata")
+                load_metadata(read_capped(f, source), source)
     except UnsafeCheckpointError as exc:
         raise CheckpointError(str(exc)) from None
     except FileNotFoundError:
-        raise CheckpointError(f"{url}: no DCP .metadata file") from None
+        raise CheckpointError(f"{url}: no DCP .metadata file (or its base has none)") from None
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state_dict = {"model": model_sd, "optim": optim_sd}
-    dcp.load(state_dict,
-             storage_reader=_storage_reader(loc, loc.url, storage_options),
-             planner=SafeLoadPlanner())
+    try:
+        dcp.load(state_dict,
+                 storage_reader=_storage_reader(loc, loc.url, storage_options, base_loc),
+                 planner=SafeLoadPlanner())
+    except DeltaError as exc:
+        raise CheckpointError(str(exc)) from None
+    except CheckpointException as exc:  # DCP wraps each rank's error: name the file
+        faults = [pair[0] for pair in exc.failures.values()
+                  if isinstance(pair[0], DeltaError)]
+        if faults:
+            raise CheckpointError(str(faults[0])) from None
+        raise
     set_state_dict(model, optimizer, model_state_dict=state_dict["model"],
                    optim_state_dict=state_dict["optim"])
     if rng is not None:
