@@ -165,6 +165,13 @@ class TrainConfig:
         1, "micro-batches per optimizer step (gradients summed locally, synced once); "
            "--global-batch-size counts all of them")
     compile: Annotated[bool, _NoNegative, _RUNTIME] = _h(False, "torch.compile the model")
+    hang_timeout: Annotated[float, _NonNegative, Parameter(metavar="SECONDS"), _RUNTIME] = _h(
+        60.0, "a rank without progress for this long (after its first step) is a hang: it is "
+              "named in the log, its stack dumped, and the job exits 75 so that torchrun "
+              "--max-restarts restarts it from the last checkpoint (0 = off)")
+    hang_timeout_io: Annotated[float, _Positive, Parameter(metavar="SECONDS"), _RUNTIME] = _h(
+        600.0, "the same limit while starting, loading or saving a checkpoint, in the first "
+               "step (compilation) and at the end")
     grid_intensity: Annotated[float | None, _NonNegative, Parameter(metavar="G"), _RUNTIME] = _h(
         None, "grid carbon intensity in gCO2e/kWh: metrics.jsonl and the summary then give "
               "gCO2e beside the joules")

@@ -48,25 +48,71 @@ def pick_device(preference: str, local_rank: int) -> torch.device:
     return torch.device("cuda", local_rank % torch.cuda.device_count())
 
 
-def init_distributed(device_preference: str = "auto") -> DistInfo:
-    """Start the default process group when launched by torchrun; otherwise world size 1."""
+#: The process group's timeout when hang detection is off: torch's gloo default, stated.
+DEFAULT_PG_TIMEOUT_S = 1800.0
+
+
+def pg_timeout_s(hang_timeout: float, hang_timeout_io: float) -> float:
+    """How long a collective may block before the process group itself gives up. With hang
+    detection on, a backstop that never fires before the heartbeat would (its longest limit
+    plus two minutes); without, torch's gloo default, set explicitly."""
+    if hang_timeout <= 0:
+        return DEFAULT_PG_TIMEOUT_S
+    return max(hang_timeout, hang_timeout_io) + 120.0
+
+
+def nccl_env(pg_timeout: float) -> dict[str, str]:
+    """NCCL's own watchdog settings, set (unless the user set them) where CUDA is used: errors
+    tear the process down instead of hanging (async error handling 3 = tear down), the
+    watchdog's heartbeat monitor kills a process whose watchdog is stuck for longer than the
+    collective timeout plus a minute (its default, 480 s, could fire during a long checkpoint),
+    and a timed-out collective dumps the flight recorder's trace of recent collectives."""
+    return {
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
+        "TORCH_NCCL_ENABLE_MONITORING": "1",
+        "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(int(pg_timeout + 60)),
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+    }
+
+
+def init_distributed(device_preference: str = "auto", *, hang_timeout: float = 0.0,
+                     hang_timeout_io: float = 600.0) -> DistInfo:
+    """Start the default process group when launched by torchrun; otherwise world size 1.
+    ``hang_timeout > 0`` also starts this rank's heartbeat (:mod:`trainer.heartbeat`), which
+    :func:`destroy_distributed` stops."""
+    from datetime import timedelta
+
+    timeout = pg_timeout_s(hang_timeout, hang_timeout_io)
     if not launched_by_torchrun():
-        return DistInfo(0, 1, 0, pick_device(device_preference, 0), None)
-    rank = int(os.environ["RANK"])
-    world_size = int(os.environ["WORLD_SIZE"])
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = pick_device(device_preference, local_rank)
-    store = attempt_store(rank, world_size)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-        backend = "nccl"
-        dist.init_process_group(backend=backend, device_id=device, store=store, rank=rank,
-                                world_size=world_size)
+        info = DistInfo(0, 1, 0, pick_device(device_preference, 0), None)
     else:
-        backend = "gloo"
-        dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size)
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
-    return DistInfo(rank, world_size, local_rank, device, backend, local_world)
+        rank = int(os.environ["RANK"])
+        world_size = int(os.environ["WORLD_SIZE"])
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        device = pick_device(device_preference, local_rank)
+        store = attempt_store(rank, world_size)
+        if device.type == "cuda":
+            for key, value in nccl_env(timeout).items():
+                os.environ.setdefault(key, value)
+            torch.cuda.set_device(device)
+            backend = "nccl"
+            dist.init_process_group(backend=backend, device_id=device, store=store, rank=rank,
+                                    world_size=world_size, timeout=timedelta(seconds=timeout))
+        else:
+            backend = "gloo"
+            dist.init_process_group(backend=backend, store=store, rank=rank,
+                                    world_size=world_size, timeout=timedelta(seconds=timeout))
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
+        info = DistInfo(rank, world_size, local_rank, device, backend, local_world)
+    if hang_timeout > 0:
+        start_heartbeat(info, hang_timeout, hang_timeout_io)
+    return info
+
+
+def store_prefix() -> str:
+    """The key prefix of this torchrun restart attempt (see :func:`attempt_store`)."""
+    return f"shardflow/attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
 
 
 def attempt_store(rank: int, world_size: int) -> dist.Store:
@@ -76,6 +122,11 @@ def attempt_store(rank: int, world_size: int) -> dist.Store:
     store as the attempt before. In torch 2.13 the new workers then sometimes read the killed
     workers' gloo addresses (same keys) and fail with "connection refused". A prefix per
     attempt (``TORCHELASTIC_RESTART_COUNT``) keeps every attempt's keys apart.
+
+    The count is per agent and does not change when nodes join or leave, so an elastic job
+    (``--nnodes MIN:MAX``) runs its agents with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``:
+    then the store is not the agents' long-lived one but a fresh one per rendezvous round,
+    hosted by rank 0 (``TORCHELASTIC_USE_AGENT_STORE=False``), on a port its agent picks.
     """
     from datetime import timedelta
 
@@ -83,8 +134,31 @@ def attempt_store(rank: int, world_size: int) -> dist.Store:
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
                           is_master=not agent_store and rank == 0,
                           timeout=timedelta(minutes=10), multi_tenant=not agent_store)
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    return dist.PrefixStore(f"shardflow/attempt{attempt}", store)
+    return dist.PrefixStore(store_prefix(), store)
+
+
+def heartbeat_store(timeout_s: float) -> dist.Store:
+    """The store the heartbeat talks to: a connection of its own to the rendezvous store
+    (under this attempt's prefix), so its sidecar thread never waits behind the process
+    group's use of the store, with a short timeout (a frozen store host is a hang too). An
+    in-process store without torchrun: the rank then watches itself."""
+    from datetime import timedelta
+
+    if not launched_by_torchrun():
+        return dist.HashStore()
+    client = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                           is_master=False, wait_for_workers=False,
+                           timeout=timedelta(seconds=timeout_s))
+    return dist.PrefixStore(f"{store_prefix()}/heartbeat", client)
+
+
+def start_heartbeat(info: DistInfo, hang_timeout: float, hang_timeout_io: float) -> None:
+    from trainer import heartbeat
+
+    store = heartbeat_store(max(5.0, min(30.0, hang_timeout)))
+    hb = heartbeat.Heartbeat(store, info.rank, info.world_size, timeout=hang_timeout,
+                             timeout_io=hang_timeout_io)
+    heartbeat.install(hb.start())
 
 
 def is_initialized() -> bool:
@@ -92,6 +166,12 @@ def is_initialized() -> bool:
 
 
 def destroy_distributed() -> None:
+    from trainer import heartbeat
+
+    hb = heartbeat.current()
+    if hb is not None:
+        hb.stop()
+        heartbeat.install(None)
     if is_initialized():
         dist.destroy_process_group()
 

@@ -13,7 +13,7 @@ import os
 import numpy as np
 import torch
 
-from trainer.metrics import JsonlWriter
+from trainer.metrics import JsonlWriter, truncate_jsonl
 
 #: How many leading token ids of each row to keep in clear, for eyeballing.
 HEAD_TOKENS = 4
@@ -54,3 +54,13 @@ class SampleLog:
 
     def close(self) -> None:
         self.writer.close()
+
+
+def truncate_departed(run_dir: str | os.PathLike[str], world_size: int, step: int) -> None:
+    """After a resume on fewer ranks: drop the records after ``step`` from the sample logs of
+    ranks that no longer exist (each live rank truncates its own), so that the logs of the
+    run dir still say exactly which samples each step trained on."""
+    rank = world_size
+    while os.path.exists(path_for(run_dir, rank)):
+        truncate_jsonl(path_for(run_dir, rank), step)
+        rank += 1

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
@@ -37,6 +36,7 @@ from trainer.distributed import (
     destroy_distributed,
     init_distributed,
 )
+from trainer.heartbeat import beat
 from trainer.metrics import (
     LOADER_KEYS,
     IntervalMeter,
@@ -55,7 +55,7 @@ from trainer.metrics import (
 from trainer.model import GPT, GPTConfig
 from trainer.optim import build_optimizer
 from trainer.parallelize import mesh_shape, parallelize, set_gradient_sync
-from trainer.samples import SampleLog
+from trainer.samples import SampleLog, truncate_departed
 from trainer.samples import path_for as samples_path
 from trainer.schedule import build_scheduler
 
@@ -162,6 +162,7 @@ def train(
     resume_from = resume_target(cfg, checkpointer)
     start_step = 1
     if resume_from is not None:
+        beat("load")
         loaded = load_checkpoint(resume_from, model, optimizer, cfg.checkpoint_storage_options,
                                  max_step=cfg.steps)
         restore_trainer_state(loaded.trainer_state, cfg, info, stream, scheduler)
@@ -183,6 +184,7 @@ def train(
         truncate_jsonl(samples_path(run_dir, info.rank), start_step - 1)
         if info.is_main:
             truncate_jsonl(run_dir / "metrics.jsonl", start_step - 1)
+            truncate_departed(run_dir, info.world_size, start_step - 1)
     metrics = JsonlWriter(run_dir / "metrics.jsonl", mode) if info.is_main else None
     samples = SampleLog(run_dir, info.rank, mode)
     meter, totals = IntervalMeter(), RunTotals()
@@ -199,6 +201,7 @@ def train(
     step_end = clock()
     try:
         for step in range(start_step, cfg.steps + 1):
+            beat("first-step" if step == start_step else "data", step)
             micro = []
             for _ in range(cfg.grad_accum):
                 t0 = clock()
@@ -215,11 +218,12 @@ def train(
             pairs = [(b["input_ids"].to(info.device, non_blocking=True),
                       b["labels"].to(info.device, non_blocking=True)) for b in micro]
 
+            if step != start_step:
+                beat("step", step)
             lr = scheduler.get_last_lr()[0]
             loss, grad_norm = train_step(train_model, model, optimizer, scheduler, pairs, cfg,
                                          info.device)
             loss_sum += loss
-            maybe_test_kill(step, info, run_dir)
 
             now = clock()
             meter.add_step(now - step_end, input_ids.numel() * info.world_size)
@@ -245,9 +249,11 @@ def train(
 
             if checkpointer is not None and (step % cfg.checkpoint_every == 0
                                              or step == cfg.steps):
+                beat("save", step)
                 checkpointer.save(step, model, optimizer,
                                   trainer_state(cfg, info, stream, scheduler))
                 step_end = clock()  # a save is not a training step: keep it out of step time
+        beat("save")
         if checkpointer is not None:
             checkpointer.wait()
     finally:
@@ -313,22 +319,6 @@ def restore_trainer_state(state: dict[str, Any], cfg: TrainConfig, info: DistInf
     sched = dict(state["scheduler"])
     sched["lr_lambdas"] = [None] * len(scheduler.optimizer.param_groups)
     scheduler.load_state_dict(sched)
-
-
-def maybe_test_kill(step: int, info: DistInfo, run_dir: Path) -> None:
-    """Test hook: ``SHARDFLOW_TEST_KILL_AT_STEP=N`` (and ``SHARDFLOW_TEST_KILL_RANK``, default
-    0) SIGKILLs that rank once, after step N's update, to exercise torchrun's restart. A
-    marker in the run directory keeps the restarted job from dying again."""
-    at = os.environ.get("SHARDFLOW_TEST_KILL_AT_STEP")
-    if at is None or step != int(at):
-        return
-    if info.rank != int(os.environ.get("SHARDFLOW_TEST_KILL_RANK", "0")):
-        return
-    marker = run_dir / f".test-killed-rank{info.rank}-step{step}"
-    if marker.exists():
-        return
-    marker.write_text("killed\n", encoding="utf-8")
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def write_final_weights(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -449,7 +439,8 @@ def check_batch(input_ids: torch.Tensor, labels: torch.Tensor, vocab_size: int,
 
 def run(cfg: TrainConfig) -> dict[str, Any]:
     """The ``python -m trainer`` entry: set up, train, tear down."""
-    info = init_distributed(cfg.device)
+    info = init_distributed(cfg.device, hang_timeout=cfg.hang_timeout,
+                            hang_timeout_io=cfg.hang_timeout_io)
     try:
         bf16 = info.device.type == "cuda" and torch.cuda.is_bf16_supported()
         cfg = resolve_batch(resolve(cfg, info.device.type, bf16), info.world_size)
@@ -466,6 +457,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
             global_batch_size=cfg.global_batch_size,
         )
         summary = train(cfg, info, loader, vocab_size, run_dir)
+        beat("finish")
         barrier()
         return summary
     finally:

@@ -123,3 +123,27 @@ def tiny_vocab_dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["tokenizer"]["vocab_size"] == len(WORDS) + 2
     return str(out)
+
+
+# --- one uninterrupted 2-process torchrun job, the reference of the fault tests -------------
+
+@pytest.fixture(scope="session")
+def straight_run(tiny_vocab_dataset: str, tmp_path_factory: pytest.TempPathFactory
+                 ) -> tuple[Path, list[str], int]:
+    """One uninterrupted 2-process run (one epoch and 2 steps, a checkpoint every 3 steps, all
+    kept): the reference of the killed, hung and elastic runs (test_restart, test_hang,
+    test_elastic) and the source of the elastic resumes. Returns its run dir, the flags every
+    run shares, and the step count."""
+    from loaders import TokenDataset
+    from tests.trainer._torchrun import EVERY, GBS, MODEL, SEQ, Job, free_port, torchrun
+
+    ds = TokenDataset(tiny_vocab_dataset, SEQ, rank=0, world_size=2, batch_size=GBS // 2)
+    steps = -(-len(ds) // (GBS // 2)) + 2
+    common = ["--data", tiny_vocab_dataset, "--steps", str(steps), "--global-batch-size",
+              str(GBS), "--checkpoint-every", str(EVERY), "--keep", "100", "--deterministic",
+              *MODEL]
+    run_dir = tmp_path_factory.mktemp("straight")
+    job = Job([*torchrun(2, free_port()), "-m", "trainer", *common, "--run-dir", str(run_dir),
+               "--checkpoint-dir", str(run_dir / "ck")], run_dir.parent / "straight")
+    assert job.wait(240) == 0, job.tail()
+    return run_dir, common, steps

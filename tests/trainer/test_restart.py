@@ -1,9 +1,9 @@
 """Fault tolerance and elasticity end to end, on CPU with gloo (real torchrun, real loader, real
 DCP checkpoints):
 
-* a rank SIGKILLed at a random step: ``torchrun --max-restarts 1`` restarts the job from the
-  last checkpoint, and the final weights are bitwise those of an uninterrupted run, every
-  sample of the epoch consumed exactly once;
+* a rank SIGKILLed from outside at a random step: ``torchrun --max-restarts 1`` restarts the
+  job from the last checkpoint, and the final weights are bitwise those of an uninterrupted
+  run, every sample of the epoch consumed exactly once;
 * a checkpoint written by 2 processes resumes on 1 and on 3 at the same global batch and
   continues the exact remaining sample sequence.
 """
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import random
+import re
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -20,37 +22,26 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.trainer._torchrun import (
+    EVERY,
+    GBS,
+    REPO,
+    SEQ,
+    Job,
+    free_port,
+    signal_rank_at_step,
+    torchrun,
+)
 from trainer.metrics import read_jsonl
-
-REPO = Path(__file__).resolve().parents[2]
-SEQ = 64
-MODEL = ["--layers", "1", "--width", "32", "--heads", "2", "--seq-len", str(SEQ),
-         "--device", "cpu", "--lr", "3e-3", "--warmup-steps", "2", "--log-every", "4"]
 
 pytestmark = pytest.mark.slow
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def trainer(args: list[str], nproc: int | None, *, max_restarts: int = 0,
-            env: dict[str, str] | None = None, timeout: float = 240
-            ) -> subprocess.CompletedProcess[str]:
-    launcher = [sys.executable]
-    if nproc is not None:
-        # The c10d rendezvous, not the static one: in torch 2.13 a restart under the static
-        # rendezvous hands the new workers stale gloo addresses of the killed ones.
-        launcher += ["-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-                     "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
-                     "--max-restarts", str(max_restarts), "--monitor-interval", "0.5"]
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    proc = subprocess.run([*launcher, "-m", "trainer", *args], cwd=REPO, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+def trainer(args: list[str], nproc: int | None) -> subprocess.CompletedProcess[str]:
+    launcher = [sys.executable] if nproc is None else torchrun(nproc, free_port())
+    proc = subprocess.run([*launcher, "-m", "trainer", *args], cwd=REPO,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
+                          text=True, timeout=240)
     assert proc.returncode == 0, f"trainer failed ({proc.returncode}):\n{proc.stdout[-3000:]}" \
                                  f"\n{proc.stderr[-5000:]}"
     return proc
@@ -79,53 +70,44 @@ def global_steps(records: dict[int, list[dict]]) -> dict[int, list[int]]:
     return {step: sorted(ids) for step, ids in out.items()}
 
 
-GBS = 6  # divisible by 1, 2 and 3 processes
-EVERY = 3
-
-
-@pytest.fixture(scope="module")
-def straight(tiny_vocab_dataset: str, tmp_path_factory: pytest.TempPathFactory
-             ) -> tuple[Path, list[str], int]:
-    """One uninterrupted 2-process run (one epoch and 2 steps, a checkpoint every 3 steps, all
-    kept): the reference for the killed run and the source of the elastic resumes."""
-    from loaders import TokenDataset
-
-    ds = TokenDataset(tiny_vocab_dataset, SEQ, rank=0, world_size=2, batch_size=GBS // 2)
-    steps = -(-len(ds) // (GBS // 2)) + 2
-    common = ["--data", tiny_vocab_dataset, "--steps", str(steps), "--global-batch-size",
-              str(GBS), "--checkpoint-every", str(EVERY), "--keep", "100", "--deterministic",
-              *MODEL]
-    run_dir = tmp_path_factory.mktemp("straight")
-    trainer([*common, "--run-dir", str(run_dir), "--checkpoint-dir", str(run_dir / "ck")],
-            nproc=2)
-    return run_dir, common, steps
+@pytest.fixture
+def straight(straight_run: tuple[Path, list[str], int]) -> tuple[Path, list[str], int]:
+    return straight_run
 
 
 def test_sigkill_restart_is_bitwise_and_consumes_each_sample_once(
         tiny_vocab_dataset: str, straight: tuple[Path, list[str], int], tmp_path: Path) -> None:
+    """Rank 1 is SIGKILLed from outside (by the test, once its sample log shows the step)."""
     from loaders import TokenDataset
 
     ref, common, steps = straight
     ds = TokenDataset(tiny_vocab_dataset, SEQ, rank=0, world_size=2, batch_size=GBS // 2)
-    kill_at = random.randrange(EVERY + 1, steps - 1)  # after a checkpoint, before the end
-    proc = trainer([*common, "--run-dir", str(tmp_path / "b"), "--checkpoint-dir",
-                    str(tmp_path / "b" / "ck")], nproc=2, max_restarts=1,
-                   env={"SHARDFLOW_TEST_KILL_AT_STEP": str(kill_at),
-                        "SHARDFLOW_TEST_KILL_RANK": "1"})
-    where = f"(killed at step {kill_at} of {steps})"
-    assert (tmp_path / "b" / f".test-killed-rank1-step{kill_at}").exists(), where
-    resumed_at = (kill_at - 1) // EVERY * EVERY  # the kill comes before step kill_at is saved
-    assert f"step-{resumed_at:08d} at step {resumed_at}" in proc.stdout, proc.stdout[-3000:]
+    kill_at = random.randrange(EVERY + 1, steps // 2)  # after a checkpoint, well before the end
+    run_dir = tmp_path / "b"
+    job = Job([*torchrun(2, free_port(), max_restarts=1), "-m", "trainer", *common,
+               "--run-dir", str(run_dir), "--checkpoint-dir", str(run_dir / "ck")],
+              tmp_path / "job")
+    try:
+        signal_rank_at_step(job, run_dir, 1, kill_at, signal.SIGKILL)
+        assert job.wait(240) == 0, job.tail()
+    finally:
+        job.kill()
+    out = job.text()
+    where = f"(killed at step {kill_at} or a little after, of {steps})"
+    resumed = re.findall(r"resumed from \S+ at step (\d+)", out)
+    assert len(resumed) == 1, out[-3000:]
+    resumed_at = int(resumed[0])  # the last checkpoint complete when the kill landed
+    assert resumed_at % EVERY == 0 and EVERY <= resumed_at < steps, where
 
     a = torch.load(ref / "model_final.pt", weights_only=True)
-    b = torch.load(tmp_path / "b" / "model_final.pt", weights_only=True)
+    b = torch.load(run_dir / "model_final.pt", weights_only=True)
     assert a.keys() == b.keys()
     differ = [k for k in a if not torch.equal(a[k], b[k])]
     assert not differ, f"{where} weights differ: {differ}"
 
     # Every sample of the epoch exactly once, bar the loader's padding (at most one repeat per
     # lane, so that all ranks get as many batches); the same steps as the straight run.
-    recs_a, recs_b = sample_records(ref, 2), sample_records(tmp_path / "b", 2)
+    recs_a, recs_b = sample_records(ref, 2), sample_records(run_dir, 2)
     for r in (0, 1):
         assert [x["step"] for x in recs_b[r]] == list(range(1, steps + 1)), where
         assert [x["sample_ids"] for x in recs_b[r]] == [x["sample_ids"] for x in recs_a[r]]
@@ -133,7 +115,7 @@ def test_sigkill_restart_is_bitwise_and_consumes_each_sample_once(
     assert set(counts) == set(range(ds.n_samples)), where
     assert sum(counts.values()) == ds.n_samples + ds.padding, where
     assert sum(c - 1 for c in counts.values()) == ds.padding < GBS
-    metrics = read_jsonl(tmp_path / "b" / "metrics.jsonl")
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [s for s in range(1, steps + 1)
                                             if s % 4 == 0 or s == steps]
 

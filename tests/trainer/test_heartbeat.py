@@ -1,0 +1,148 @@
+"""The heartbeat's rule (pure, property-tested) and its threads over a real in-process c10d
+store: who is blamed for a hang, when, and what every rank does then."""
+
+from __future__ import annotations
+
+import time
+
+import torch.distributed as dist
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainer.distributed import DEFAULT_PG_TIMEOUT_S, nccl_env, pg_timeout_s
+from trainer.heartbeat import (
+    HANG_EXIT_CODE,
+    IO_PHASES,
+    PHASE_ORDER,
+    Beat,
+    Heartbeat,
+    Seen,
+    Verdict,
+    judge,
+    limit_for,
+)
+
+PHASES = sorted(p for p in PHASE_ORDER if p != "done")
+T, T_IO = 10.0, 100.0
+
+
+def seen(rank: int, phase: str, step: int, idle: float, silent: bool, now: float) -> Seen:
+    return Seen(Beat(rank, 1, 1, phase, step, "h", 100 + rank), now - idle,
+                now - (1000.0 if silent else 0.0))
+
+
+ranks = st.lists(st.tuples(st.sampled_from(PHASES), st.integers(0, 5),
+                           st.floats(0, 300), st.booleans()), min_size=1, max_size=6)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ranks)
+def test_blames_the_rank_furthest_behind_once_past_its_phase_limit(rs: list) -> None:
+    now = 1000.0
+    obs = {r: seen(r, ph, step, idle, silent, now) for r, (ph, step, idle, silent) in
+           enumerate(rs)}
+    v = judge(obs, now, T, T_IO, silent_after=3.0)
+    behind = min((step, PHASE_ORDER[ph]) for ph, step, _, _ in rs)
+    candidates = [r for r, (ph, step, _, _) in enumerate(rs)
+                  if (step, PHASE_ORDER[ph]) == behind]
+    if v is None:
+        # the rank blamed (among those behind: a silent one first, then the longest idle) is
+        # within its phase's limit
+        silent = [r for r in candidates if rs[r][3]] or candidates
+        pick = max(silent, key=lambda r: rs[r][2])
+        assert rs[pick][2] <= limit_for(rs[pick][0], T, T_IO)
+        return
+    assert v.rank in candidates  # never a rank that is ahead (it waits for the one behind)
+    ph, step, idle, silent = rs[v.rank]
+    assert (v.phase, v.step, v.silent) == (ph, step, silent)
+    assert idle > limit_for(ph, T, T_IO)
+    if any(rs[r][3] for r in candidates):
+        assert silent  # a frozen process is blamed before a live one waiting beside it
+
+
+@given(st.sampled_from(sorted(IO_PHASES)), st.floats(T + 0.01, T_IO))
+def test_no_false_alarm_while_saving_loading_or_in_the_first_step(phase: str,
+                                                                  idle: float) -> None:
+    now = 1000.0
+    # rank 0 in a long save/load; rank 1 already in the next step, blocked: also idle, ahead
+    obs = {0: seen(0, phase, 5, idle, False, now), 1: seen(1, "step", 6, idle, False, now)}
+    assert judge(obs, now, T, T_IO, silent_after=3.0) is None
+
+
+def test_a_stopped_rank_is_named_after_the_timeout_not_before() -> None:
+    now = 1000.0
+    obs = {0: seen(0, "step", 7, T + 1, False, now), 1: seen(1, "step", 7, T + 1, True, now),
+           2: seen(2, "done", 9, 500, True, now)}
+    v = judge(obs, now, T, T_IO, silent_after=3.0)
+    assert v is not None and (v.rank, v.silent, v.pid) == (1, True, 101)
+    assert "rank 1 on host h (pid 101)" in v.message() and "'step' at step 7" in v.message()
+    obs = {r: Seen(s.beat, now - T + 0.5, s.tick_at) for r, s in obs.items()}
+    assert judge(obs, now, T, T_IO, silent_after=3.0) is None
+
+
+def test_timeouts_of_the_process_group_and_nccl() -> None:
+    assert pg_timeout_s(0, 600) == DEFAULT_PG_TIMEOUT_S  # off: torch's gloo default, stated
+    assert pg_timeout_s(60, 600) == 720  # never before the heartbeat would have fired
+    env = nccl_env(720)
+    assert env["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"] == "780"
+    assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3"
+
+
+class Rank:
+    """A Heartbeat over a shared store, exiting into a list instead of the process."""
+
+    def __init__(self, store: dist.Store, rank: int, world: int, lines: list[str]) -> None:
+        self.exits: list[int] = []
+        self.hb = Heartbeat(store, rank, world, timeout=1.0, timeout_io=30.0,
+                            exit_fn=self.exits.append, log=lines.append)
+
+
+def wait(pred, timeout: float = 15) -> None:  # noqa: ANN001
+    end = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.02)
+
+
+def test_a_stuck_training_thread_is_named_dumps_its_own_stack_and_all_exit(capfd) -> None:  # noqa: ANN001
+    """Rank 1's loop stops beating while its sidecar runs (a stuck read): after the first
+    step's longer limit is over, rank 0 keeps making progress, rank 1 does not; a
+    watcher names it, rank 1 dumps its own stack, every rank exits 75."""
+    store, lines = dist.HashStore(), []
+    r0, r1 = Rank(store, 0, 2, lines), Rank(store, 1, 2, lines)
+    for r in (r0, r1):
+        r.hb.start()
+        r.hb.beat("data", 2)
+    started = time.monotonic()
+    try:
+        while not r0.exits and time.monotonic() - started < 15:
+            r0.hb.beat("step", 3)  # rank 0 moves (it could not for long in a real job)
+            time.sleep(0.05)
+        wait(lambda: r0.exits and r1.exits)
+    finally:
+        for r in (r0, r1):
+            r.hb._stop.set()
+    took = time.monotonic() - started
+    assert r0.exits == r1.exits == [HANG_EXIT_CODE]
+    assert 1.0 <= took < 6, took
+    v = Verdict.loads(store.get("verdict"))
+    assert (v.rank, v.phase, v.step, v.silent) == (1, "data", 2, False) and v.by in (0, 1)
+    assert [ln for ln in lines if "made no progress" in ln] == [v.message()]
+    err = capfd.readouterr().err
+    assert "most recent call first" in err and "test_heartbeat.py" in err
+
+
+def test_no_alarm_in_a_long_save_and_done_ranks_are_left_out() -> None:
+    store, lines = dist.HashStore(), []
+    r0, r1 = Rank(store, 0, 2, lines), Rank(store, 1, 2, lines)
+    for r in (r0, r1):
+        r.hb.start()
+    r0.hb.beat("save", 4)  # longer than --hang-timeout, within --hang-timeout-io
+    r1.hb.beat("step", 5)
+    time.sleep(2.5)
+    r1.hb.stop()
+    r0.hb.beat("finish")
+    time.sleep(1.5)  # rank 1 done, silent: never a hang
+    r0.hb.stop()
+    assert (r0.exits, r1.exits, lines) == ([], [], [])
+    assert not store.check(["verdict"])
