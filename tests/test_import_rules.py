@@ -21,7 +21,9 @@ FORBIDDEN_THIRD_PARTY = {"loaders": {"dask", "distributed"}, "trainer": {"dask",
 STORAGE_LAYERS = {"format": {"format"}, "io": {"format", "io"},
                   "admin": {"format", "io", "admin", "config"},
                   # storage/config.py, the CLIs' shared configuration: above io/, below admin/
-                  "config": {"format", "io"}}
+                  "config": {"format", "io"},
+                  # energy and carbon (meter, signal, planner): beside the others, needing none
+                  "energy": {"energy"}}
 
 
 def _imports(path: Path) -> set[str]:

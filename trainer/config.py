@@ -151,6 +151,14 @@ class TrainConfig:
     async_checkpoint: Annotated[bool, _NoNegative, _CHECKPOINTS] = _h(
         False, "save with dcp.async_save: training continues while the shards are written; "
                "the checkpoint is marked complete at the next save or at the end")
+    full_every: Annotated[int, _Positive, Parameter(metavar="K"), _CHECKPOINTS] = _h(
+        1, "every K-th save is a full checkpoint; the saves between are deltas holding only "
+           "what changed since it (lossless: XOR against it, byte planes, zstd; unchanged "
+           "tensors such as frozen parameters take no space); 1 = every save full")
+    imbalance_every: Annotated[int, _NonNegative, Parameter(metavar="N"), _RUNTIME] = _h(
+        50, "every N steps, compare the ranks' time in data wait, compute, optimizer and "
+            "collective wait (one small all_gather) and log the slowest rank and the spread; "
+            "0 = off")
 
     deterministic: Annotated[bool, _NoNegative, _RUNTIME] = _h(
         False, "torch.use_deterministic_algorithms(True) (and a fixed cuBLAS workspace on "

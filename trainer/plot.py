@@ -24,7 +24,9 @@ def plot_run(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | None
     import matplotlib.pyplot as plt
 
     run_dir = Path(run_dir)
-    records = read_jsonl(run_dir / "metrics.jsonl")
+    everything = read_jsonl(run_dir / "metrics.jsonl")
+    records = [r for r in everything if "kind" not in r]  # the per-interval training records
+    reports = [r for r in everything if r.get("kind") == "imbalance"]
     if not records:
         raise ValueError(f"{run_dir / 'metrics.jsonl'} has no records")
     steps = [r["step"] for r in records]
@@ -39,8 +41,11 @@ def plot_run(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | None
                else f"measured: {records[-1]['energy_source']}")
         panels.append((f"energy per token ({how})",
                        [1e3 * r["energy_j_per_token"] for r in records], "mJ/token"))
-    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 8), sharex=True)
-    for ax, (title, values, ylabel) in zip(axes, panels, strict=True):
+    rows = len(panels) + (1 if reports else 0)  # + the load-imbalance panel
+    fig, axes = plt.subplots(rows, 1, figsize=(8, 8 + (2.7 if reports else 0)), sharex=True)
+    if reports:
+        plot_imbalance(axes[-1], reports)
+    for ax, (title, values, ylabel) in zip(axes, panels, strict=False):
         ax.plot(steps, values, marker="o", markersize=3)
         ax.set_title(title)
         ax.set_ylabel(ylabel)
@@ -57,6 +62,25 @@ def plot_run(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | None
     fig.savefig(out_path, dpi=100)
     plt.close(fig)
     return out_path
+
+
+def plot_imbalance(ax, reports: list[dict]) -> None:
+    """Load-imbalance reports: one line per rank, its own work (data + compute + optimizer)
+    in ms per step; a cross on the rank each report named slowest."""
+    steps = [r["step"] for r in reports]
+    ranks = max(len(r["own_s"]) for r in reports)
+    for rank in range(ranks):
+        ax.plot(steps, [1000 * r["own_s"][rank] if rank < len(r["own_s"]) else float("nan")
+                        for r in reports], marker="o", markersize=3, label=f"rank {rank}")
+    ax.scatter(steps, [1000 * r["own_s"][r["slowest_rank"]] for r in reports], marker="x",
+               s=60, color="black", zorder=3, label="slowest")
+    last = reports[-1]
+    ax.set_title(f"load imbalance: own work per rank (last report: slowest rank "
+                 f"{last['slowest_rank']}, spread {last['spread_pct']:.0f}%, most in "
+                 f"{last.get('culprit', '?')})")
+    ax.set_ylabel("ms/step")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small", ncol=min(ranks + 1, 6))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,6 +52,9 @@ from trainer.metrics import (
     peak_flops,
     truncate_jsonl,
 )
+from trainer.imbalance import format_report as format_imbalance
+from trainer.imbalance import record as imbalance_record
+from trainer.imbalance_probe import ImbalanceProbe
 from trainer.model import GPT, GPTConfig
 from trainer.optim import build_optimizer
 from trainer.parallelize import mesh_shape, parallelize, set_gradient_sync
@@ -158,7 +161,8 @@ def train(
     if cfg.checkpoint_dir is not None:
         checkpointer = Checkpointer(cfg.checkpoint_dir, keep=cfg.keep,
                                     storage_options=cfg.checkpoint_storage_options,
-                                    async_save=cfg.async_checkpoint)
+                                    async_save=cfg.async_checkpoint,
+                                    full_every=cfg.full_every)
     resume_from = resume_target(cfg, checkpointer)
     start_step = 1
     if resume_from is not None:
@@ -198,6 +202,8 @@ def train(
     lr = 0.0
     train_model.train()
 
+    imbalance = ImbalanceProbe(train_model, optimizer, info.world_size, info.device,
+                               cfg.imbalance_every, clock)
     step_end = clock()
     try:
         for step in range(start_step, cfg.steps + 1):
@@ -206,7 +212,9 @@ def train(
             for _ in range(cfg.grad_accum):
                 t0 = clock()
                 batch = stream.next()
-                meter.add_wait(clock() - t0)
+                waited = clock() - t0
+                meter.add_wait(waited)
+                imbalance.add_data(waited)
                 micro.append(batch)
             input_ids = torch.cat([b["input_ids"] for b in micro])
             sample_ids = torch.cat([b["sample_id"] for b in micro]) \
@@ -221,12 +229,15 @@ def train(
             if step != start_step:
                 beat("step", step)
             lr = scheduler.get_last_lr()[0]
+            t_step = clock()
             loss, grad_norm = train_step(train_model, model, optimizer, scheduler, pairs, cfg,
                                          info.device)
+            imbalance.add_train_step(clock() - t_step)
             loss_sum += loss
 
             now = clock()
             meter.add_step(now - step_end, input_ids.numel() * info.world_size)
+            imbalance.add_step(now - step_end)
             step_end = now
 
             if step % cfg.log_every == 0 or step == cfg.steps:
@@ -246,6 +257,11 @@ def train(
                 if metrics is not None:
                     metrics.write(record)
                 log(info, format_record(record))
+            report = imbalance.report(step)  # collective, every --imbalance-every steps
+            if report is not None:
+                if metrics is not None:
+                    metrics.write(imbalance_record(report))
+                log(info, format_imbalance(report))
 
             if checkpointer is not None and (step % cfg.checkpoint_every == 0
                                              or step == cfg.steps):
