@@ -37,6 +37,9 @@ from trainer.distributed import (
     init_distributed,
 )
 from trainer.heartbeat import beat
+from trainer.imbalance import format_report as format_imbalance
+from trainer.imbalance import record as imbalance_record
+from trainer.imbalance_probe import ImbalanceProbe
 from trainer.metrics import (
     LOADER_KEYS,
     IntervalMeter,
@@ -52,9 +55,6 @@ from trainer.metrics import (
     peak_flops,
     truncate_jsonl,
 )
-from trainer.imbalance import format_report as format_imbalance
-from trainer.imbalance import record as imbalance_record
-from trainer.imbalance_probe import ImbalanceProbe
 from trainer.model import GPT, GPTConfig
 from trainer.optim import build_optimizer
 from trainer.parallelize import mesh_shape, parallelize, set_gradient_sync
