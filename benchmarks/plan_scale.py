@@ -15,14 +15,28 @@ sample of the global batch, the loader's defaults). ``build_s`` is that, from a 
 with the imports done; ``resume_same_s`` the same from a mid-epoch state on the same world
 size, ``resume_other_s`` on half the world size (per-rank batch doubled: the same global
 batch); ``peak_rss_mb`` the process's peak RSS (VmHWM) and ``extra_rss_mb`` its growth over
-the RSS after imports. Each point runs in a fresh process:
+the RSS after imports (everything resident: the pages of the host's shared index copy that
+this process touched count in full); ``private_mb``: the peak growth of its private memory
+(RssAnon, sampled every millisecond); ``shared_file_mb``: pages of the shared copy resident
+in it at the end. Each point runs in a fresh process:
 
     python benchmarks/plan_scale.py --row-groups 1000000 --world 10000 --rank 9999 --json
     python benchmarks/plan_scale.py             # the sweep: 1 M and 10 M row groups,
-                                                # world 8 .. 16,384, last rank, medians of 3
+                                                # world 8 .. 16,384, middle rank, medians of 3
+    python benchmarks/plan_scale.py --ranks-on-host 8   # 8 ranks of one node at once
 
-The last rank is measured: its lanes are the end of the permuted order, so its scan over the
-permuted sizes is the longest (rank 0 stops after its own 1/W).
+The middle rank (W/2) is measured: a rank scans the permuted sizes from the nearer end of the
+epoch, so the ranks in the middle scan the most (half of them; ranks 0 and W-1 only their
+own 1/W).
+
+``--ranks-on-host N`` starts N ranks together (ranks W/2 - N/2 ..) with the index copy private
+per rank (built in process memory, as below ``MIN_INDEX_BYTES``) and shared (the host's copy
+written by the first, cold; then already there, warm) and reports per rank, measured from
+``/proc`` while all N are alive after their first batch: ``private_mb`` (peak RssAnon growth),
+``index_pss_mb`` (its proportional share of the pages of the shared copy mapped: a page
+mapped by k processes counts 1/k in each) and ``per_rank_mb`` = the two added: what one more
+rank costs the host. RSS (which counts every shared page in every process) is reported
+beside it.
 """
 
 from __future__ import annotations
@@ -34,6 +48,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -57,6 +72,39 @@ def _status_mb(field: str) -> float:
             if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def _index_pss_mb() -> float:
+    """This process's proportional share of the shared index copies it maps."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as fh:
+        for line in fh:
+            head = line.split(None, 1)[0]
+            if "-" in head and not head.endswith(":"):  # a mapping's first line
+                inside = "shardflow-index-" in line
+            elif inside and head == "Pss:":
+                total += int(line.split()[1])
+    return total / 1024
+
+
+class AnonPeak:
+    """Peak RssAnon (private memory) of this process, sampled every millisecond."""
+
+    def __init__(self) -> None:
+        self.base = self.peak = _status_mb("RssAnon")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.001):
+            self.peak = max(self.peak, _status_mb("RssAnon"))
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _status_mb("RssAnon"))
+        return self.peak - self.base
 
 
 def make_index(n_groups: int, path: Path) -> None:
@@ -136,7 +184,8 @@ def measure(path: Path, world: int, rank: int) -> dict[str, Any]:
     from loaders.source import DatasetSource, rank_stream
 
     settings = LoaderSettings(SEQ)
-    base_rss = _status_mb("VmRSS")
+    base_rss, base_file = _status_mb("VmRSS"), _status_mb("RssFile")
+    anon = AnonPeak()
 
     def first_batch(world_: int, rank_: int, batch: int, progress: Progress
                     ) -> tuple[np.ndarray, int]:
@@ -158,10 +207,12 @@ def measure(path: Path, world: int, rank: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     first_batch(other, rank // 2 if world > 1 else 0, BATCH * world // other, half)
     resume_other_s = time.perf_counter() - t0
+    private = anon.stop()
     return {"row_groups": int(path.name.split("-")[1]), "world": world, "rank": rank,
             "build_s": build_s, "resume_same_s": resume_same_s,
             "resume_other_s": resume_other_s, "other_world": other,
             "peak_rss_mb": _status_mb("VmHWM"), "extra_rss_mb": _status_mb("VmHWM") - base_rss,
+            "private_mb": private, "shared_file_mb": _status_mb("RssFile") - base_file,
             "samples_per_rank": int(lane_len) * BATCH}
 
 
@@ -180,7 +231,7 @@ def _node(n_groups: int, world: int, ranks: int, env: dict[str, str],
     path = index_path(n_groups)
     procs = [subprocess.Popen(
         [sys.executable, __file__, "--row-groups", str(n_groups), "--world", str(world),
-         "--rank", str(world - 1 - r), "--json", "--index", str(path), "--hold",
+         "--rank", str(world // 2 - ranks // 2 + r), "--json", "--index", str(path), "--hold",
          *(["--private"] if private else [])],
         env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         for r in range(ranks)]
@@ -209,16 +260,26 @@ def ranks_on_host(n_groups: int, world: int, ranks: int) -> int:
         for mode, private in (("private", True), ("shared_cold", False),
                               ("shared_warm", False)):
             got = _node(n_groups, world, ranks, env, private)
+            for g in got:
+                g["per_rank_mb"] = g["private_mb"] + g["index_pss_mb"]
+            per_rank = [g["per_rank_mb"] for g in got]
             modes[mode] = {
                 "ranks": got, "sum_pss_mb": sum(g["pss_mb"] for g in got),
                 "sum_rss_mb": sum(g["rss_mb"] for g in got),
                 "median_build_s": float(np.median([g["build_s"] for g in got])),
                 "max_build_s": max(g["build_s"] for g in got),
+                "median_per_rank_mb": float(np.median(per_rank)),
+                "max_per_rank_mb": max(per_rank),
+                "median_private_mb": float(np.median([g["private_mb"] for g in got])),
+                "max_private_mb": max(g["private_mb"] for g in got),
+                "sum_index_pss_mb": sum(g["index_pss_mb"] for g in got),
                 "median_extra_rss_mb": float(np.median([g["extra_rss_mb"] for g in got]))}
             m = modes[mode]
-            print(f"{mode:12} {ranks} ranks: PSS {m['sum_pss_mb']:7.0f} MB together, RSS "
-                  f"{m['sum_rss_mb']:7.0f} MB, peak extra per rank "
-                  f"{m['median_extra_rss_mb']:6.0f} MB, build {m['median_build_s']:.2f} s "
+            print(f"{mode:12} {ranks} ranks: per rank (private peak + share of the shared "
+                  f"copy) {m['median_per_rank_mb']:6.1f} MB (max {m['max_per_rank_mb']:6.1f}; "
+                  f"private {m['median_private_mb']:.1f}, max {m['max_private_mb']:.1f}; "
+                  f"shared copy {m['sum_index_pss_mb']:.0f} MB resident in all); RSS growth "
+                  f"{m['median_extra_rss_mb']:6.1f} MB; first batch {m['median_build_s']:.2f} s "
                   f"(slowest {m['max_build_s']:.2f} s)", flush=True)
     finally:
         import shutil
@@ -252,10 +313,12 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         label = f"{n / 1e6:g} M row groups"
         ax1.plot(w, [r["build_s"] for r in mine], "o-", label=f"{label}: first batch")
         ax1.plot(w, [r["resume_other_s"] for r in mine], "x--", label=f"{label}: resume, W/2")
-        ax2.plot(w, [r["extra_rss_mb"] for r in mine], "o-", label=label)
+        ax2.plot(w, [r["extra_rss_mb"] for r in mine], "o-", label=f"{label}: RSS growth")
+        ax2.plot(w, [max(0.1, r.get("private_mb", 0.0)) for r in mine], "x--",
+                 label=f"{label}: private (RssAnon) peak")
     for ax in (ax1, ax2):
         ax.set_xscale("log")
-        ax.set_xlabel("world size (last rank measured)")
+        ax.set_xlabel("world size (middle rank measured: the longest scan)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     ax1.axhline(1.0, color="grey", lw=0.8)
@@ -264,7 +327,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     ax1.set_title("one rank's plan: cold start to the first batch")
     ax2.axhline(100, color="grey", lw=0.8)
     ax2.set_yscale("log")
-    ax2.set_ylabel("extra peak RSS over the imports, MB")
+    ax2.set_ylabel("MB over the imports")
     ax2.set_title("one rank's memory")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -298,7 +361,7 @@ def main() -> int:
                              args.ranks_on_host)
     if args.world is not None:
         n = args.row_groups or SIZES[0]
-        rank = args.world - 1 if args.rank is None else args.rank
+        rank = args.world // 2 if args.rank is None else args.rank
         if args.index is None:  # measure in a fresh child, never next to the index build
             print(json.dumps(point(n, args.world, rank)))
             return 0
@@ -311,6 +374,7 @@ def main() -> int:
             print("READY", flush=True)
             sys.stdin.readline()
             result["rss_mb"], result["pss_mb"] = _status_mb("VmRSS"), _pss_mb()
+            result["index_pss_mb"] = _index_pss_mb()
         print(json.dumps(result) if args.json else result)
         return 0
     from benchmarks.bench_utils import RESULTS, median, write_results
@@ -318,16 +382,17 @@ def main() -> int:
     rows = []
     sizes = (args.row_groups,) if args.row_groups else SIZES
     print(f"{'row groups':>10} {'world':>6} {'build s':>8} {'resume s':>9} {'resume W/2':>10} "
-          f"{'peak MB':>8} {'extra MB':>8}")
+          f"{'peak MB':>8} {'extra MB':>8} {'private':>8} {'shared':>7}")
     for n in sizes:
         for world in WORLDS:
-            runs = [point(n, world, world - 1) for _ in range(args.runs)]
+            runs = [point(n, world, world // 2) for _ in range(args.runs)]
             row = {k: median([r[k] for r in runs]) if isinstance(runs[0][k], float)
                    else runs[0][k] for k in runs[0]}
             rows.append(row)
             print(f"{n:10d} {world:6d} {row['build_s']:8.3f} {row['resume_same_s']:9.3f} "
                   f"{row['resume_other_s']:10.3f} {row['peak_rss_mb']:8.1f} "
-                  f"{row['extra_rss_mb']:8.1f}", flush=True)
+                  f"{row['extra_rss_mb']:8.1f} {row['private_mb']:8.1f} "
+                  f"{row['shared_file_mb']:7.1f}", flush=True)
     write_results("plan_scale", {"seq_len": SEQ, "batch_per_rank": BATCH, "runs": args.runs,
                                  "points": rows})
     plot(rows, RESULTS / "plan_scale.png")

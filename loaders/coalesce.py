@@ -41,7 +41,8 @@ GROWTH_SAMPLES = 3
 class UnitPlanner:
     """Units over ``order`` (row groups in first-use order), one at a time, in order of use.
 
-    ``shard_of``/``offset``/``length`` are indexed by row group. ``unit_at(p, ...)`` is the
+    ``shard_of``/``offset``/``length`` are indexed by row group (``shard_of`` by an array of
+    them: an array, or :class:`loaders.row_groups.ShardOf`). ``unit_at(p, ...)`` is the
     unit headed by position ``p``, or ``None`` when ``p``'s group went into an earlier unit.
     Positions must be asked for in increasing order.
     """
@@ -50,7 +51,7 @@ class UnitPlanner:
                  length: np.ndarray) -> None:
         self.order = order
         self.offset, self.length = offset, length
-        self.shards = np.asarray(shard_of)[np.asarray(order, dtype=np.int64)].tolist() \
+        self.shards = np.asarray(shard_of[np.asarray(order, dtype=np.int64)]).tolist() \
             if order else []
         self.positions: dict[int, list[int]] = defaultdict(list)  # shard -> its positions
         for p, s in enumerate(self.shards):

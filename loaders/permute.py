@@ -21,6 +21,10 @@ _C1 = np.uint64(0xBF58476D1CE4E5B9)
 _C2 = np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 ROUNDS = 4
+#: Round functions are tabulated when a half has at most this many bits (domains up to 2**32,
+#: 4 tables of at most 64 Ki int64): a round is then one gather from a table that stays in
+#: cache instead of a dozen passes of 64-bit arithmetic, ~4x faster for the same values.
+TABLE_BITS = 16
 
 
 def _mix(x: np.ndarray, key: np.uint64) -> np.ndarray:
@@ -58,6 +62,41 @@ class Feistel:
         self._hi_mask = np.uint64((1 << self._hi_bits) - 1)
         self._shift = np.uint64(self._lo_bits)
         self._round_keys = [np.uint64(k) for k in _keys(key, rounds)]
+        #: round functions as lookup tables (``None``: computed per element): the same values
+        self._tables: list[np.ndarray] | None = None
+        if self._hi_bits <= TABLE_BITS:
+            self._tables = [
+                (_mix(np.arange(1 << (self._lo_bits if r % 2 == 0 else self._hi_bits),
+                                dtype=np.uint64), k)
+                 & (self._hi_mask if r % 2 == 0 else self._lo_mask)).astype(np.int64)
+                for r, k in enumerate(self._round_keys)]
+
+    def _encrypt_tables(self, x: np.ndarray) -> np.ndarray:
+        """:meth:`_encrypt` of int64 values from the round tables."""
+        assert self._tables is not None
+        shift = self._lo_bits
+        hi, lo = x >> shift, x & int(self._lo_mask)
+        for r, table in enumerate(self._tables):
+            if r % 2 == 0:
+                hi ^= table[lo]
+            else:
+                lo ^= table[hi]
+        hi <<= shift
+        hi |= lo
+        return hi
+
+    def _decrypt_tables(self, x: np.ndarray) -> np.ndarray:
+        assert self._tables is not None
+        shift = self._lo_bits
+        hi, lo = x >> shift, x & int(self._lo_mask)
+        for r in reversed(range(len(self._tables))):
+            if r % 2 == 0:
+                hi ^= self._tables[r][lo]
+            else:
+                lo ^= self._tables[r][hi]
+        hi <<= shift
+        hi |= lo
+        return hi
 
     def _encrypt(self, x: np.ndarray) -> np.ndarray:
         hi, lo = x >> self._shift, x & self._lo_mask
@@ -78,24 +117,35 @@ class Feistel:
                 lo ^= _mix(hi, k) & self._lo_mask
         return (hi << self._shift) | lo
 
-    def _walk(self, index: np.ndarray | int, step) -> np.ndarray:  # type: ignore[no-untyped-def]
+    def _walk(self, index: np.ndarray | int, step,  # type: ignore[no-untyped-def]
+              tables: bool) -> np.ndarray:
         given = np.asarray(index, dtype=np.int64)
         x = given.reshape(-1)
         if x.size and (x.min() < 0 or x.max() >= self.n):
             raise IndexError(f"index outside [0, {self.n})")
         if self.n <= 1:
             return given.copy()
-        out = step(x.astype(np.uint64))
-        todo = np.flatnonzero(out >= np.uint64(self.n))
+        out = step(x if tables else x.astype(np.uint64))  # a step never writes its input
+        n = self.n if tables else np.uint64(self.n)
+        todo = np.flatnonzero(out >= n)
         while todo.size:
             out[todo] = step(out[todo])
-            todo = todo[out[todo] >= np.uint64(self.n)]
-        return out.astype(np.int64).reshape(given.shape)
+            todo = todo[out[todo] >= n]
+        return (out if tables else out.astype(np.int64)).reshape(given.shape)
 
     def __call__(self, index: np.ndarray | int) -> np.ndarray:
         """The image of each index."""
-        return self._walk(index, self._encrypt)
+        if self._tables is not None:
+            return self._walk(index, self._encrypt_tables, True)
+        return self._walk(index, self._encrypt, False)
 
     def inverse(self, image: np.ndarray | int) -> np.ndarray:
         """The index whose image is each value: ``inverse(self(i)) == i``."""
-        return self._walk(image, self._decrypt)
+        if self._tables is not None:
+            return self._walk(image, self._decrypt_tables, True)
+        return self._walk(image, self._decrypt, False)
+
+    def reference(self, index: np.ndarray | int, inverse: bool = False) -> np.ndarray:
+        """:meth:`__call__` (or :meth:`inverse`) without the round tables, in 64-bit
+        arithmetic per element: the definition the tables are tested against."""
+        return self._walk(index, self._decrypt if inverse else self._encrypt, False)

@@ -58,8 +58,9 @@ from loaders.permute import Feistel, hash32
 
 _BLOCK_DOMAIN = 0x5EED_F10
 _SHUFFLE_DOMAIN = 0x5EED_F11
-#: Blocks handled per step of the scan over the permuted blocks (bounds its temporaries).
-CHUNK = 1 << 18
+#: Blocks handled per step of the scan over the permuted blocks (bounds its temporaries; a
+#: chunk's arrays stay in cache).
+CHUNK = 1 << 16
 
 
 def group_samples(group_tokens: np.ndarray, seq_len: int) -> np.ndarray:
@@ -121,38 +122,64 @@ def block_permutation(n_blocks: int, params: PlanParams, epoch: int) -> Feistel 
 
 
 def _scan(sizes: np.ndarray, perm: Feistel | None, lo: int, hi: int, window: int,
-          chunk: int = CHUNK) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+          chunk: int = CHUNK, total: int | None = None,
+          backward: bool | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The permuted blocks overlapping positions ``[lo, hi)``, and the window starts inside.
 
     Returns (group of each block, its first position, its size, the positions where a window
-    of ``window`` blocks starts, within ``(lo, hi)``). One pass over the permuted sizes, in
-    chunks, stopping as soon as position ``hi`` is passed.
+    of ``window`` blocks starts, within ``[lo, hi)``), in permuted order. One pass over the
+    permuted sizes, in chunks, from the nearer end of the epoch (``total``: the sum of
+    ``sizes``): forward from position 0 until ``hi`` is passed, or backward from ``total``
+    until ``lo`` is, so no rank scans more than half the blocks (and its own). A chunk wholly
+    outside ``[lo, hi)`` is only summed. ``backward`` forces a direction (tests).
     """
-    groups, starts, lengths, cuts = [], [], [], []
-    carry = 0
     n = len(sizes)
-    for i0 in range(0, n, chunk):
-        idx = np.arange(i0, min(i0 + chunk, n), dtype=np.int64)
-        g = perm(idx) if perm is not None else idx
-        s = np.asarray(sizes[g], dtype=np.int64)
-        ends = carry + np.cumsum(s)
+    if total is None:
+        total = int(np.asarray(sizes).sum(dtype=np.int64))
+    if backward is None:
+        backward = lo > total - hi
+    pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    empty = np.zeros(0, dtype=np.int64)
+
+    def take(idx: np.ndarray, g: np.ndarray, s: np.ndarray, before: int) -> None:
+        s = s.astype(np.int64)
+        ends = before + np.cumsum(s)
         first = ends - s
         keep = (ends > lo) & (first < hi) & (s > 0)
-        if keep.any():
-            groups.append(g[keep])
-            starts.append(first[keep])
-            lengths.append(s[keep])
         at_cut = (idx % window == 0) & (first >= lo) & (first < hi)  # empty blocks too
-        if at_cut.any():
-            cuts.append(first[at_cut])
-        carry = int(ends[-1]) if len(ends) else carry
-        if carry >= hi:
-            break
-    empty = np.zeros(0, dtype=np.int64)
+        pieces.append((g[keep], first[keep], s[keep], first[at_cut]))
+
+    if not backward:
+        carry = 0
+        for i0 in range(0, n, chunk):
+            idx = np.arange(i0, min(i0 + chunk, n), dtype=np.int64)
+            g = perm(idx) if perm is not None else idx
+            s = sizes[g]
+            part = int(s.sum(dtype=np.int64))
+            if carry + part >= lo:  # else every block of the chunk ends before the range
+                take(idx, g, s, carry)
+            carry += part
+            if carry >= hi:
+                break
+    else:
+        carry = total  # where the chunk ends
+        for i1 in range(n, 0, -chunk):
+            idx = np.arange(max(0, i1 - chunk), i1, dtype=np.int64)
+            g = perm(idx) if perm is not None else idx
+            s = sizes[g]
+            before = carry - int(s.sum(dtype=np.int64))
+            if before < hi:  # else every block of the chunk starts past the range
+                take(idx, g, s, before)
+            carry = before
+            if carry < lo:
+                break
+        pieces.reverse()
+    groups = [p[0] for p in pieces if len(p[0])]
     if not groups:
         return empty, empty, empty, empty
-    return (np.concatenate(groups), np.concatenate(starts), np.concatenate(lengths),
-            np.concatenate(cuts) if cuts else empty)
+    return (np.concatenate(groups), np.concatenate([p[1] for p in pieces]),
+            np.concatenate([p[2] for p in pieces]),
+            np.concatenate([empty, *(p[3] for p in pieces)]))
 
 
 def lane_bounds(n_samples: int, lanes: int, lane_lo: int, lane_hi: int) -> np.ndarray:
@@ -180,7 +207,8 @@ def lane_samples(sizes: np.ndarray, params: PlanParams, epoch: int, lanes: int,
     lo, hi = int(bounds[0]), int(bounds[-1])
     if lo < hi:
         perm = block_permutation(len(sizes), params, epoch)
-        groups, starts, _lengths, cuts = _scan(sizes, perm, lo, hi, max(1, params.window_blocks))
+        groups, starts, _lengths, cuts = _scan(sizes, perm, lo, hi, max(1, params.window_blocks),
+                                               total=n)
         base = prefix_at(sizes, groups)  # first sample id of each block in the range
         key = (_SHUFFLE_DOMAIN, params.seed, epoch)
     # One lane at a time: temporaries are O(lane), only the result is O(lanes x m).
@@ -239,7 +267,7 @@ class LanePlan:
         if n and lo < hi:
             perm = block_permutation(len(sizes), params, epoch)
             groups, self.starts, _lengths, self.cuts = _scan(
-                sizes, perm, lo, hi, max(1, params.window_blocks))
+                sizes, perm, lo, hi, max(1, params.window_blocks), total=n)
             self.base = prefix_at(sizes, groups)
         self._edges: dict[int, tuple[np.ndarray, int]] = {}
 

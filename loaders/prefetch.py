@@ -105,7 +105,7 @@ class PrefetchingWindows:
             return self.coalesce_window
         dtype = token_format.dtype_of(index.encoding)
         itemsize = dtype.itemsize if dtype is not None else 4
-        group = max(1.0, float(np.mean(index.group_tokens)) * itemsize)
+        group = max(1.0, index.total_tokens / len(index) * itemsize)
         return max(self.coalesce_window, int(self.readahead_bytes // group) - self.lookahead)
 
     def _timed_fetch(self, unit: list[int], level: int, nbytes: int) -> dict[int, np.ndarray]:
@@ -129,11 +129,18 @@ class PrefetchingWindows:
         # its view.
         reader, width = self.reader, self.seq_len + 1
         first, last, order, last_use = group_schedule(reader, self.starts, self.seq_len)
-        position = np.zeros(len(reader.index), dtype=np.int64)
-        position[order] = np.arange(len(order))
-        need = np.maximum(position[first], position[last])  # exact unless a sample spans 3+
+        # Each group's position in ``order``: looked up among this piece's groups only
+        # (nothing the size of the whole index per piece).
+        by_group = np.asarray(order, dtype=np.int64)
+        sort = np.argsort(by_group, kind="stable")
+        ranked = by_group[sort]
+
+        def position(groups: np.ndarray) -> np.ndarray:
+            return sort[np.searchsorted(ranked, groups)]
+
+        need = np.maximum(position(first), position(last))  # exact unless a sample spans 3+
         for i in np.flatnonzero(last - first > 1).tolist():
-            need[i] = position[first[i]:last[i] + 1].max()
+            need[i] = position(np.arange(first[i], last[i] + 1)).max()
         planner: UnitPlanner | None = None
         unit_at: dict[int, list[int]] = {}
         if self.coalesce_window:
@@ -149,8 +156,10 @@ class PrefetchingWindows:
             offset, length, done = where.offset, where.length, self._done
         else:
             units = fetch_units(reader, order, self.max_unit_groups)
-            unit_at = {int(position[unit[0]]): unit for unit in units}
-        group_start = reader.index.starts.tolist()
+            unit_at = {int(p): unit for p, unit in
+                       zip(position(np.array([u[0] for u in units], dtype=np.int64)).tolist(),
+                           units, strict=True)}
+        group_start = dict(zip(order, reader.index.starts[by_group].tolist(), strict=True))
         firsts, lasts, needs = first.tolist(), last.tolist(), need.tolist()
         starts = self.starts.tolist()
         resident: dict[int, Future[dict[int, np.ndarray]]] = {}

@@ -79,9 +79,43 @@ class Locations:
         return size - length, size, digest_hex(self.footer_sha256, shard)
 
 
+class ShardOf:
+    """Row group -> its shard, looked up in ``first_group`` (per shard, ``S + 1``): an int
+    for an int, an array for an array; nothing stored per row group."""
+
+    def __init__(self, first_group: np.ndarray) -> None:
+        self.first_group = first_group
+
+    def __len__(self) -> int:
+        return int(self.first_group[-1]) if len(self.first_group) else 0
+
+    def __getitem__(self, g):  # type: ignore[no-untyped-def]
+        if isinstance(g, (int, np.integer)):
+            n = len(self)
+            if not -n <= g < n:
+                raise IndexError(f"row group {g} outside [0, {n})")
+            return int(np.searchsorted(self.first_group, g % n, side="right")) - 1
+        g = np.asarray(g, dtype=np.int64)
+        return np.searchsorted(self.first_group, g, side="right") - 1
+
+
+class GroupOf(ShardOf):
+    """Row group -> its number inside its shard."""
+
+    def __getitem__(self, g):  # type: ignore[no-untyped-def]
+        shard = super().__getitem__(g)
+        if isinstance(shard, int):
+            return int(g) % len(self) - int(self.first_group[shard])
+        return np.asarray(g, dtype=np.int64) - self.first_group[shard]
+
+
 class RowGroupIndex(ProcessLocal):
     """Where every row group starts in the global token stream, and (on first use) where its
-    bytes are. Picklable: a DataLoader worker gets the arrays already read."""
+    bytes are. Picklable: a DataLoader worker gets the arrays already read.
+
+    Per row group it holds one array, ``starts`` (int64, ``n + 1``: the token stream's
+    offsets; a large index maps it from the host's shared copy); shards are found from
+    ``first_group`` (per shard) by :class:`ShardOf` and :class:`GroupOf`."""
 
     _process_local = {"_lock": threading.Lock}
 
@@ -90,8 +124,8 @@ class RowGroupIndex(ProcessLocal):
                  cache: PieceCache | None = None,
                  arrays: dict[str, np.ndarray] | None = None) -> None:
         a = arrays if arrays is not None else self.arrays(group_tokens, first_group)
-        self.shard_of, self.group_of = a["shard_of"], a["group_of"]
-        self.starts, self.group_tokens = a["starts"], a["group_tokens"]
+        self.starts, self.first_group = a["starts"], a["first_group"]
+        self.shard_of, self.group_of = ShardOf(self.first_group), GroupOf(self.first_group)
         #: how ``input_ids`` is encoded (checked here, so a bad manifest fails before any read)
         self.encoding = encoding
         tokens.dtype_of(self.encoding)
@@ -103,18 +137,18 @@ class RowGroupIndex(ProcessLocal):
 
     @staticmethod
     def arrays(group_tokens: np.ndarray, first_group: np.ndarray) -> dict[str, np.ndarray]:
-        """The per-row-group arrays from the index's ``tokens`` and ``first_group``."""
+        """The arrays from the index's ``tokens`` and ``first_group``: ``starts`` (exclusive
+        prefix sums of the tokens, ``n + 1``) and ``first_group`` as int64."""
         group_tokens = np.asarray(group_tokens)
-        first_group = np.asarray(first_group, dtype=np.int64)
-        counts = np.diff(first_group)
-        shard_of = np.repeat(np.arange(len(counts), dtype=np.int32 if len(counts) < 1 << 31
-                                       else np.int64), counts)
-        # int32: a shard has far fewer than 2**31 row groups; 4 bytes per row group each
-        group_of = (np.arange(len(group_tokens), dtype=np.int64)
-                    - first_group[shard_of]).astype(np.int32)
-        starts = np.concatenate([[0], np.cumsum(group_tokens, dtype=np.int64)])
-        return {"shard_of": shard_of, "group_of": group_of, "starts": starts,
-                "group_tokens": group_tokens}
+        starts = np.empty(len(group_tokens) + 1, dtype=np.int64)
+        starts[0] = 0
+        np.cumsum(group_tokens, dtype=np.int64, out=starts[1:])
+        return {"starts": starts, "first_group": np.asarray(first_group, dtype=np.int64)}
+
+    def group_tokens(self, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """Tokens of row groups ``lo .. hi - 1`` (int64), from ``starts``."""
+        hi = len(self) if hi is None else hi
+        return np.diff(self.starts[lo:hi + 1])
 
     @classmethod
     def open(cls, store: ReplicaSet, manifest: Manifest,
@@ -136,13 +170,13 @@ class RowGroupIndex(ProcessLocal):
             return cls.arrays(cols["tokens"], cols["first_group"])
 
         if shared_dir is not None and ref.bytes >= shared_index.MIN_INDEX_BYTES:
-            arrays = shared_index.shared_arrays(shared_dir, f"{ref.sha256[:16]}-groups", build)
+            arrays = shared_index.shared_arrays(shared_dir, f"{ref.sha256[:16]}-starts", build)
         else:
             arrays = build()
         return cls(None, None, encoding, None, manifest, cache, arrays)  # type: ignore[arg-type]
 
     def __len__(self) -> int:
-        return len(self.shard_of)
+        return len(self.starts) - 1
 
     def locations(self, store: ReplicaSet) -> Locations:
         """The read columns, read (once) from the index on first use."""
@@ -153,7 +187,7 @@ class RowGroupIndex(ProcessLocal):
                     assert m is not None and m.index is not None
                     cols = fetch_columns(store, m.index, LOADER_READ_COLUMNS, self._cache)
                     n = len(self)
-                    s = int(self.shard_of[-1]) + 1 if n else 0
+                    s = len(self.first_group) - 1
                     if (len(cols["offset"]) != n or len(cols["digest"]) != n
                             or cols["digest"].dtype.itemsize != DIGEST_BYTES
                             or len(cols["shard_bytes"]) < s):

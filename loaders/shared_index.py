@@ -1,11 +1,14 @@
 """The row-group arrays of a large index, shared by every process of a host, not copied.
 
-At 10 M row groups a rank's per-row-group arrays (tokens, starts, shard and group numbers,
-samples per row group, first sample) are ~300 MB; a node of 8 ranks that each builds its own
-holds 8 copies. Instead the first process to open a dataset writes them once to a local file,
-``<dir>/shardflow-index-<index sha256[:16]>-<name>.bin``, (a temporary file renamed into place:
-atomic; a reader never sees half a file), and every process memory-maps it: the pages are the
-host's page cache, held once however many ranks map them.
+At 10 M row groups a rank's per-row-group arrays (token offsets ``starts``, samples per row
+group, first sample of each; plus ``first_group`` per shard) are ~175 MB; a node of 8 ranks
+that each builds its own holds 8 copies. Instead the first process to open a dataset writes
+them once to a local file, ``<dir>/shardflow-index-<index sha256[:16]>-<name>.bin`` (a
+temporary file renamed into place: atomic; a reader never sees half a file), and every
+process memory-maps it: the pages are the host's page cache, held once however many ranks map
+them, and a process has resident only the pages it touches (the checksum is computed by
+reading the file, not through the mapping): a rank's plan reads the samples per row group (1
+byte each at the default sizes), the other arrays are looked up at the rank's own row groups.
 
 The arrays are built only from index columns verified against the manifest (their sha256);
 the file carries the BLAKE3 of its payload, checked on every open, so a corrupt or truncated
@@ -41,45 +44,72 @@ def index_dir(cache_dir: str | None = None) -> str:
     return os.environ.get(ENV_DIR) or tempfile.gettempdir()
 
 
-def _encode(arrays: dict[str, np.ndarray]) -> tuple[bytes, list[bytes]]:
+def _encode(arrays: dict[str, np.ndarray]) -> tuple[bytes, list[memoryview]]:
+    """The header and the payload's pieces (views of the arrays: nothing copied)."""
     entries, parts, offset = [], [], 0
+    digest = blake3.blake3()
     for name, arr in arrays.items():
         arr = np.ascontiguousarray(arr)
         entries.append({"name": name, "dtype": arr.dtype.str, "offset": offset,
                         "count": int(arr.size)})
-        data = arr.tobytes()
-        pad = -len(data) % 8  # every array 8-byte aligned in the file
-        parts += [data, b"\0" * pad]
-        offset += len(data) + pad
-    digest = blake3.blake3()
-    for p in parts:
-        digest.update(p)
+        data = memoryview(arr.reshape(-1).view(np.uint8))
+        pad = memoryview(b"\0" * (-len(data) % 8))  # every array 8-byte aligned in the file
+        for piece in (data, pad):
+            digest.update(piece)
+            parts.append(piece)
+        offset += len(data) + len(pad)
     head = json.dumps({"arrays": entries, "payload": offset,
                        "blake3": digest.hexdigest()}).encode()
     head += b" " * (-(len(MAGIC) + 8 + len(head)) % 8)
     return MAGIC + len(head).to_bytes(8, "little") + head, parts
 
 
+#: the payload is hashed through a buffer this big, read from the file, not through the
+#: mapping: checking a copy must not make every page of it resident in the process
+READ_BYTES = 4 << 20
+
+
+def _payload_blake3(fd: int, start: int, size: int) -> str:
+    digest = blake3.blake3(max_threads=blake3.blake3.AUTO)
+    buf = bytearray(min(READ_BYTES, max(1, size - start)))
+    view = memoryview(buf)
+    at = start
+    while at < size:
+        got = os.preadv(fd, [view[:min(len(buf), size - at)]], at)
+        if got <= 0:
+            raise ValueError("short read")
+        digest.update(view[:got])
+        at += got
+    return digest.hexdigest()
+
+
 def _open(path: str) -> dict[str, np.ndarray]:
-    """The arrays of ``path``, mapped read-only; ValueError when the file is not whole."""
+    """The arrays of ``path``, mapped read-only; ValueError when the file is not whole.
+
+    The payload's BLAKE3 is checked by reading the file (the pages go through the host's
+    page cache, not into this process's resident set); only the pages a process then uses
+    are resident in it."""
     with open(path, "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
-        if size < len(MAGIC) + 8:
-            raise ValueError("short file")
-        mapped = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ)
-    view = memoryview(mapped)
-    if bytes(view[:len(MAGIC)]) != MAGIC:
-        raise ValueError("not an index copy")
-    n = int.from_bytes(view[len(MAGIC):len(MAGIC) + 8], "little")
-    start = len(MAGIC) + 8 + n
-    try:
-        head = json.loads(bytes(view[len(MAGIC) + 8:start]))
-    except ValueError as exc:
-        raise ValueError("header unreadable") from exc
-    if size != start + head["payload"]:
-        raise ValueError("size differs from the header's")
-    if blake3.blake3(view[start:], max_threads=blake3.blake3.AUTO).hexdigest() != head["blake3"]:
-        raise ValueError("payload checksum differs")
+        fd = fh.fileno()
+        size = os.fstat(fd).st_size
+        first = os.pread(fd, min(size, 1 << 16), 0)
+        if len(first) < len(MAGIC) + 8 or first[:len(MAGIC)] != MAGIC:
+            raise ValueError("not an index copy")
+        n = int.from_bytes(first[len(MAGIC):len(MAGIC) + 8], "little")
+        start = len(MAGIC) + 8 + n
+        raw = first[len(MAGIC) + 8:start] if start <= len(first) else os.pread(
+            fd, n, len(MAGIC) + 8)
+        try:
+            head = json.loads(raw)
+        except ValueError as exc:
+            raise ValueError("header unreadable") from exc
+        if size != start + head["payload"]:
+            raise ValueError("size differs from the header's")
+        # Mapped before the check, from the same open file: what was checked is what is used
+        # (the copy is replaced only by a rename, never rewritten in place).
+        mapped = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+        if _payload_blake3(fd, start, size) != head["blake3"]:
+            raise ValueError("payload checksum differs")
     out = {}
     for e in head["arrays"]:
         out[e["name"]] = np.frombuffer(mapped, dtype=np.dtype(e["dtype"]), count=e["count"],

@@ -86,24 +86,38 @@ def rank_stream(source: Source, layout: plan.Layout, progress: plan.Progress,
 class GroupPlan:
     """The plan half of a dataset source: tokens per row group -> lanes (pure, no I/O).
 
-    Holds one compact per-row-group array (samples per row group); what a rank computes from
-    it is O(row groups) time in chunks plus O(its samples). ``benchmarks/plan_scale.py`` runs
-    exactly this from a synthetic index."""
+    Holds one compact per-row-group array (samples per row group, in the smallest unsigned
+    type that holds them: a dataset source maps it from the host's shared copy); what a rank
+    computes from it is one chunked pass over the permuted sizes from the nearer end of the
+    epoch (at most half of them, stopping past its lanes), one chunked prefix sum up to its
+    last row group, plus O(its samples). ``first_sample``, when given, only gives the total
+    (the prefix sums are not looked up at scattered row groups: each lookup would make a
+    large folio of the mapping resident).
+    ``benchmarks/plan_scale.py`` runs exactly this from a synthetic index."""
 
-    def __init__(self, group_tokens: np.ndarray, settings: LoaderSettings,
-                 group_samples: np.ndarray | None = None) -> None:
+    def __init__(self, group_tokens: np.ndarray | None, settings: LoaderSettings,
+                 group_samples: np.ndarray | None = None,
+                 first_sample: np.ndarray | None = None) -> None:
         self.settings = settings
         self.seq_len = settings.seq_len
         if group_samples is None:  # else given: samples per row group, already counted
+            assert group_tokens is not None
             group_samples = self.count_samples(group_tokens, self.seq_len)
         self.group_samples = group_samples
-        self.n_samples = int(self.group_samples.sum(dtype=np.int64))
+        self.first_sample = first_sample
+        self.n_samples = (int(first_sample[-1]) if first_sample is not None
+                          else int(self.group_samples.sum(dtype=np.int64)))
 
     @staticmethod
     def count_samples(group_tokens: np.ndarray, seq_len: int) -> np.ndarray:
-        samples = plan.group_samples(group_tokens, seq_len)
-        small = len(samples) == 0 or int(samples.max()) < 1 << 31
-        return samples.astype(np.int32 if small else np.int64)
+        """Samples per row group in the smallest of uint8/uint16/uint32/int64 that holds
+        them (at the default sizes, ~127 per row group: one byte each)."""
+        tokens = np.asarray(group_tokens)
+        top = int(tokens.max()) // (seq_len + 1) if len(tokens) else 0
+        dtype = smallest_uint(top)
+        if tokens.dtype.kind == "u" and tokens.dtype.itemsize <= 4:
+            return np.floor_divide(tokens, seq_len + 1).astype(dtype)  # no int64 copy
+        return plan.group_samples(tokens, seq_len).astype(dtype)
 
     def plan_identity(self) -> dict[str, Any]:
         p = self.settings.plan
@@ -122,6 +136,37 @@ class GroupPlan:
         """The same lanes, a range of columns at a time (nothing per sample up front)."""
         return plan.LanePlan(self.group_samples, self.settings.plan, epoch, lanes, lane_lo,
                              lane_hi)
+
+
+def samples_from_starts(starts: np.ndarray, seq_len: int,
+                        chunk: int = plan.CHUNK * 16) -> dict[str, np.ndarray]:
+    """``group_samples`` (:meth:`GroupPlan.count_samples` of the row groups' tokens) and its
+    exclusive prefix sums ``first_sample`` (int64, ``n + 1``), from the token offsets
+    ``starts`` a chunk at a time: no int64 temporary over all row groups."""
+    n = len(starts) - 1
+    top = 0
+    for lo in range(0, n, chunk):
+        top = max(top, int(np.diff(starts[lo:min(lo + chunk, n) + 1]).max()))
+    counts = np.empty(n, dtype=smallest_uint(top // (seq_len + 1)))
+    first = np.empty(n + 1, dtype=np.int64)
+    first[0] = 0
+    carry = 0
+    for lo in range(0, n, chunk):
+        hi = min(lo + chunk, n)
+        part = np.diff(starts[lo:hi + 1]) // (seq_len + 1)
+        counts[lo:hi] = part
+        np.cumsum(part, out=first[lo + 1:hi + 1])
+        first[lo + 1:hi + 1] += carry
+        carry = int(first[hi])
+    return {"group_samples": counts, "first_sample": first}
+
+
+def smallest_uint(top: int) -> type[np.integer]:
+    """The smallest unsigned NumPy type holding ``0 .. top`` (int64 past uint32)."""
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if top <= np.iinfo(dtype).max:
+            return dtype
+    return np.int64
 
 
 class DatasetSource(ProcessLocal):
@@ -152,19 +197,18 @@ class DatasetSource(ProcessLocal):
         # A large index's arrays are mapped from this host's one copy (loaders.shared_index).
         shared = shared_index.index_dir(settings.read.cache_dir)
         self.index = RowGroupIndex.open(self.store, self.manifest, self._cache(), shared)
-        ref, group_tokens = self.manifest.index, self.index.group_tokens
+        ref, index = self.manifest.index, self.index
 
         def samples() -> dict[str, np.ndarray]:
-            counts = GroupPlan.count_samples(group_tokens, self.seq_len)
-            return {"group_samples": counts,
-                    "first_sample": np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])}
+            return samples_from_starts(index.starts, self.seq_len)
 
         if ref is not None and ref.bytes >= shared_index.MIN_INDEX_BYTES:
             arrays = shared_index.shared_arrays(
-                shared, f"{ref.sha256[:16]}-samples-{self.seq_len}", samples)
+                shared, f"{ref.sha256[:16]}-samples2-{self.seq_len}", samples)
         else:
             arrays = samples()
-        self.plan = GroupPlan(group_tokens, settings, arrays["group_samples"])
+        self.plan = GroupPlan(None, settings, arrays["group_samples"],
+                              arrays["first_sample"])
         self.n_samples = self.plan.n_samples
         self.first_sample = arrays["first_sample"]
         self._reader: TokenReader | None = None

@@ -277,3 +277,26 @@ def test_layout_rules() -> None:
     with pytest.raises(ValueError, match="batch size 3 does not divide"):
         Layout(8, 1, 2, 0, 3)
     assert Layout(8, 2, 2, 1, 4).rank_lanes() == (4, 8)
+
+
+@settings(max_examples=300)
+@given(st.lists(st.integers(0, 9), max_size=60), seeds, windows, st.integers(1, 9),
+       st.booleans(), st.data())
+def test_scan_from_either_end_in_any_chunks_finds_the_range(sizes, seed, window, chunk,
+                                                            shuffle, data) -> None:
+    """The scan over the permuted blocks, forward or backward, in chunks of any size, gives
+    the blocks overlapping [lo, hi) and the window starts inside, as one pass over all."""
+    arr = np.array(sizes, dtype=np.uint8)
+    total = int(arr.sum())
+    lo = data.draw(st.integers(0, total))
+    hi = data.draw(st.integers(lo, total))
+    perm = plan.block_permutation(len(sizes), PlanParams(seed, shuffle), 0)
+    g = perm(np.arange(len(sizes))) if perm is not None else np.arange(len(sizes))
+    s = arr[g].astype(np.int64)
+    first = np.cumsum(s) - s
+    keep = (first + s > lo) & (first < hi) & (s > 0)
+    cut = (np.arange(len(sizes)) % window == 0) & (first >= lo) & (first < hi)
+    want = [g[keep], first[keep], s[keep], first[cut]] if keep.any() else [[]] * 4
+    for backward in (False, True):
+        got = plan._scan(arr, perm, lo, hi, window, chunk, total, backward)
+        assert [x.tolist() for x in got] == [np.asarray(w).tolist() for w in want]

@@ -60,7 +60,7 @@ def test_processes_map_one_copy_and_get_the_same_plan(dataset: str, tmp_path: Pa
     a, b = _child(dataset, index_dir, 0), _child(dataset, index_dir, 0)
     c = _child(dataset, index_dir, 1)
     files = sorted(index_dir.glob("*.bin"))
-    assert [f.name.split("-", 3)[3] for f in files] == ["groups.bin", f"samples-{SEQ}.bin"]
+    assert [f.name.split("-", 3)[3] for f in files] == [f"samples2-{SEQ}.bin", "starts.bin"]
     inodes = sorted([str(f), f.stat().st_ino] for f in files)
     assert a["mapped"] == b["mapped"] == c["mapped"] == inodes  # the same files, mapped
     assert a["batch"] == b["batch"] and a["corrupt"] == b["corrupt"] == 0
@@ -77,10 +77,10 @@ def test_corrupt_copy_is_detected_and_rebuilt(dataset: str, tmp_path: Path,
     monkeypatch.setattr(shared_index, "MIN_INDEX_BYTES", 0)
     monkeypatch.setenv(shared_index.ENV_DIR, str(index_dir))
     first = DatasetSource(dataset, LoaderSettings(SEQ))
-    starts, group_tokens = np.array(first.index.starts), np.array(first.index.group_tokens)
-    (path,) = index_dir.glob("*-groups.bin")
+    starts, group_tokens = np.array(first.index.starts), first.index.group_tokens()
+    (path,) = index_dir.glob("*-starts.bin")
     data = bytearray(path.read_bytes())
-    data[-5] ^= 0xFF  # one bit flip in the payload (the last array: group_tokens)
+    data[-5] ^= 0xFF  # one bit flip in the payload (the last array: first_group)
     path.write_bytes(bytes(data))
     before = shared_index.corrupt
     again = DatasetSource(dataset, LoaderSettings(SEQ))
@@ -90,4 +90,4 @@ def test_corrupt_copy_is_detected_and_rebuilt(dataset: str, tmp_path: Path,
     path.write_bytes(b"SFIDXv1\n")  # truncated
     third = DatasetSource(dataset, LoaderSettings(SEQ))
     assert shared_index.corrupt == before + 2
-    assert np.array_equal(third.index.group_tokens, group_tokens)
+    assert np.array_equal(third.index.group_tokens(), group_tokens)
