@@ -4,29 +4,33 @@ A synthetic corpus with planted near-duplicates (deterministic seed): *families*
 each a random base text (250-400 words from a 50,000-word vocabulary) and 1-6 copies, each
 made from a random earlier member of its family (so chains of edits) by word substitutions,
 insertions and deletions at a rate drawn from ``RATES`` (0: an exact copy), plus unrelated
-documents; the whole corpus is shuffled, so chains come in any order. Keys are phase 1's
-(``content_key``, ``MinHasher.band_keys`` at the pipeline's defaults: 128 permutations, 16
-bands of 8 rows, 5-word shingles), written per partition of 100 documents to a local store,
-and the dedup shuffle runs as the job runs it (``shuffle.run``) on an in-process mapper that
-measures each task's peak Python/NumPy allocation (tracemalloc), with buckets of a fixed
-number of keys (``--task-keys``), so buckets grow with the corpus as the job's do.
+documents; the whole corpus is shuffled, so chains come in any order. Keys and sketches are
+phase 1's (``content_key``, ``MinHasher.keys_and_sketch`` at the pipeline's defaults: 256
+permutations, 21 bands of 6 rows, 5-word shingles, a sketch of 256 bytes a document), written
+per partition of 100 documents to a local store, and the dedup shuffle runs as the job runs it
+(``shuffle.run`` with the default threshold 0.7: candidates verified on the sketches) on an
+in-process mapper that measures each task's peak Python/NumPy allocation (tracemalloc), with
+buckets of a fixed number of keys (``--task-keys``), so buckets grow with the corpus as the
+job's do.
 
 Truth: exact Jaccard similarity of the documents' 5-word shingle sets (the MinHasher's
 shingles, unhashed), over every pair sharing at least one shingle (an inverted index; any other
 pair has Jaccard 0). Two documents are duplicates when they are connected by pairs with
-Jaccard >= the threshold the bands and rows imply, (1/b)^(1/r) = (1/16)^(1/8) = 0.707; of each
-such component every document but the first should go. Scores, on the set of dropped
-documents (exact and near): precision (dropped that should go) and recall (that should go and
-were dropped), for
+Jaccard >= the threshold, 0.7; of each such component every document but the first should
+go. Scores, on the set of dropped documents (exact and near): precision (dropped that should
+go) and recall (that should go and were dropped), for
 
-- ``components`` (now): of each component of documents linked by shared bands, all but the
-  smallest (partition, position) go;
-- ``first occurrence`` (before): a document goes when one of its bands is held by an earlier
-  document (``pipeline.dedup.resolve`` over every key).
+- ``pipeline`` (now): components of the LSH candidate edges whose sketches estimate a Jaccard
+  >= 0.7 (``pipeline.dedup.verify``); all but each component's smallest (partition, position)
+  go. Checked equal to the same rule computed in memory;
+- ``unverified``: components of every candidate edge, same bands;
+- ``before``: the previous defaults (128 permutations, 16 bands of 8 rows, no verification,
+  components of every candidate edge).
 
-Also: pairwise precision/recall of the components (pairs in one predicted component vs pairs
-in one true component), the LSH candidate pairs' hit rate by Jaccard against the theoretical
-S-curve 1 - (1 - s^r)^b, and per corpus size the peak memory of each step's biggest task.
+Also: pairwise precision/recall of the pipeline's components (pairs in one predicted component
+vs pairs in one true component), the LSH candidate pairs' hit rate by Jaccard against the
+theoretical S-curve 1 - (1 - s^r)^b, and per corpus size the peak memory of each step's
+biggest task.
 
     python benchmarks/near_dup_quality.py            # 1x, 4x, 16x (1,000 to 17,000 docs)
     python benchmarks/near_dup_quality.py --big      # and 64x
@@ -51,6 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_utils import RESULTS, machine, write_results  # noqa: E402
 from pipeline import shuffle, work  # noqa: E402
+from pipeline.config import PipelineConfig  # noqa: E402
 from pipeline.dedup import (  # noqa: E402
     ENTRY,
     KIND_EXACT,
@@ -60,13 +65,16 @@ from pipeline.dedup import (  # noqa: E402
     content_key,
     entries,
     resolve,
+    verify,
 )
 from storage import ReplicaSet  # noqa: E402
 
 #: edit rates of a family member against the member it was made from (0: an exact copy)
 RATES = (0.0, 0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2, 0.3)
-PERMS, BANDS, SHINGLE = 128, 16, 5
-THRESHOLD = (1 / BANDS) ** (BANDS / PERMS)
+#: the pipeline's defaults (pipeline.config.PipelineConfig)
+PERMS, BANDS, ROWS, SHINGLE, THRESHOLD = 256, 21, 6, 5, 0.7
+#: the defaults before candidates were verified
+OLD_PERMS, OLD_BANDS, OLD_ROWS = 128, 16, 8
 PART_DOCS = 100
 
 
@@ -172,20 +180,50 @@ def pairwise(pred: dict[int, int], truth: dict[int, int]) -> dict[str, float]:
             "recall": round(len(p & t) / len(t), 4) if t else 1.0}
 
 
+def _components_drops(near: np.ndarray, exact: set[int],
+                      keep: Any = None) -> tuple[set[int], dict[int, int]]:
+    """Drops of the components rule over the star edges of band-key entries ``near`` (with
+    ``keep(a, b)``: only the edges it accepts), and each document's root."""
+    a, b = components.star_edges(near)
+    ga, gb = _docs(a), _docs(b)
+    if keep is not None and len(ga):
+        ok = keep(ga, gb)
+        ga, gb = ga[ok], gb[ok]
+    roots = components.components_reference(ga.astype(np.uint64), gb.astype(np.uint64))
+    return exact | {x for x, r in roots.items() if x != r}, roots
+
+
+def _docs(node: np.ndarray) -> np.ndarray:
+    part, pos = components.where(node)
+    return part.astype(np.int64) * PART_DOCS + pos
+
+
+def _near_entries(bands: list[list[bytes]]) -> np.ndarray:
+    """Band-key entries of documents numbered in input order, partitions of PART_DOCS."""
+    out = []
+    for p, lo in enumerate(range(0, len(bands), PART_DOCS)):
+        docs = range(lo, min(len(bands), lo + PART_DOCS))
+        out.append(entries([k for i in docs for k in bands[i]],
+                           [i - lo for i in docs for _ in bands[i]],
+                           [KIND_NEAR] * sum(len(bands[i]) for i in docs), part=p))
+    return np.concatenate(out)
+
+
 def point(scale: int, task_keys: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     texts, _rates = corpus(scale)
     n = len(texts)
-    mh = MinHasher(PERMS, BANDS, SHINGLE)
+    mh = MinHasher(PERMS, BANDS, SHINGLE, rows=ROWS)
     parts = [range(lo, min(n, lo + PART_DOCS)) for lo in range(0, n, PART_DOCS)]
     all_keys: list[np.ndarray] = []
+    sketches = np.zeros((n, PERMS), dtype=np.uint8)
     with tempfile.TemporaryDirectory() as tmp:
         store = ReplicaSet.from_urls([tmp])
         names, per_part = [], []
         for p, docs in enumerate(parts):
             keys, pos, kinds = [], [], []
             for i in docs:  # what phase 1 computes per document (stages.phase_one)
-                bands = mh.band_keys(texts[i])
+                bands, sketches[i] = mh.keys_and_sketch(texts[i])
                 keys += [content_key(texts[i])] + bands
                 pos += [i - docs.start] * (1 + len(bands))
                 kinds += [KIND_EXACT] + [KIND_NEAR] * len(bands)
@@ -194,13 +232,16 @@ def point(scale: int, task_keys: int) -> dict[str, Any]:
             names.append(f"p{p:05d}")
             per_part.append(len(arr))
             work.save_array(store, work.keys_path(names[-1]), arr.astype(ENTRY))
+            work.save_array(store, work.sketches_path(names[-1]),
+                            sketches[docs.start:docs.stop].ravel())
         t_keys = time.perf_counter() - t0
         total = sum(per_part)
         buckets = -(-total // task_keys)
         mapper = Measured()
         tracemalloc.start()
         t1 = time.perf_counter()
-        out = shuffle.run(mapper, store, "bench", names, per_part, buckets, task_keys)
+        out = shuffle.run(mapper, store, "bench", names, per_part, buckets, task_keys,
+                          threshold=THRESHOLD, perms=PERMS)
         t_shuffle = time.perf_counter() - t1
         tracemalloc.stop()
         new: set[int] = set()
@@ -210,27 +251,17 @@ def point(scale: int, task_keys: int) -> dict[str, Any]:
                 new.add(p * PART_DOCS + int(d["pos"]))
                 kinds_new["duplicate" if d["kind"] == KIND_EXACT else "near_duplicate"] += 1
     everything = np.concatenate(all_keys)
-    old_drops = resolve(everything)  # the first-occurrence rule over every key at once
-    old = {int(d["part"]) * PART_DOCS + int(d["pos"]) for d in old_drops}
-    # the components in memory, from the same star edges: the pipeline's drops must match
-    near = everything[everything["kind"] == KIND_NEAR]
-    a, b = components.star_edges(near)
-    pa, qa = components.where(a)
-    pb, qb = components.where(b)
-    ga = pa.astype(np.int64) * PART_DOCS + qa
-    gb = pb.astype(np.int64) * PART_DOCS + qb
-    pred_roots = components.components_reference(ga.astype(np.uint64), gb.astype(np.uint64))
     exact = {int(d["part"]) * PART_DOCS + int(d["pos"])
              for d in resolve(everything[everything["kind"] == KIND_EXACT])}
-    assert new == exact | {x for x, r in pred_roots.items() if x != r}, "shuffle != reference"
-    # what verifying each edge by the Jaccard its MinHash signatures estimate (as BigCode
-    # does) would give: the shuffle does not do it (phase 1 keeps no signatures)
-    sig = {x: mh.signature(texts[x]) for x in set(ga.tolist()) | set(gb.tolist())}
-    ok = np.array([float(np.mean(sig[x] == sig[y])) >= THRESHOLD
-                   for x, y in zip(ga.tolist(), gb.tolist(), strict=True)], dtype=bool)
-    ver_roots = components.components_reference(ga[ok].astype(np.uint64),
-                                                gb[ok].astype(np.uint64))
-    verified = exact | {x for x, r in ver_roots.items() if x != r}
+    near = everything[everything["kind"] == KIND_NEAR]
+    # the same rule in memory (star edges verified on the sketches, then components): the
+    # pipeline's drops must match it
+    ref, pred_roots = _components_drops(
+        near, exact, lambda a, b: verify.verified(sketches[a], sketches[b], THRESHOLD))
+    assert new == ref, "shuffle != reference"
+    unverified, _ = _components_drops(near, exact)
+    old_mh = MinHasher(OLD_PERMS, OLD_BANDS, SHINGLE, rows=OLD_ROWS)
+    before, _ = _components_drops(_near_entries([old_mh.band_keys(t) for t in texts]), exact)
     t2 = time.perf_counter()
     pairs = true_pairs(texts)
     should, true_roots = truth_drops(n, pairs)
@@ -249,19 +280,19 @@ def point(scale: int, task_keys: int) -> dict[str, Any]:
             curve.append({"jaccard": [round(lo, 1), round(hi, 1)], "pairs": len(inside),
                           "candidate_rate": round(sum(p in candidates for p in inside)
                                                   / len(inside), 4),
-                          "theory_at_mid": round(1 - (1 - s ** (PERMS // BANDS)) ** BANDS, 4)})
+                          "theory_at_mid": round(1 - (1 - s ** ROWS) ** BANDS, 4)})
     above = {pr for pr, j in pairs.items() if j >= THRESHOLD}
     return {
         "scale": scale, "documents": n, "keys": total, "buckets": buckets,
         "key_groups": out.groups, "components_steps": out.components_steps,
         "dropped_by_kind": kinds_new,
-        "components": scores(new, should),
-        "first_occurrence": scores(old, should),
-        "components_verified_by_signatures": scores(verified, should),
-        "components_pairwise": pairwise({**pred_roots, **{x: x for x in range(n)
-                                                          if x not in pred_roots}},
-                                        {**true_roots, **{x: x for x in range(n)
-                                                          if x not in true_roots}}),
+        "pipeline": scores(new, should),
+        "unverified": scores(unverified, should),
+        "before": scores(before, should),
+        "pipeline_pairwise": pairwise({**pred_roots, **{x: x for x in range(n)
+                                                        if x not in pred_roots}},
+                                      {**true_roots, **{x: x for x in range(n)
+                                                        if x not in true_roots}}),
         "candidate_pairs": {"pairs": len(candidates),
                             "precision": round(len(candidates & above) / len(candidates), 4)
                             if candidates else 1.0,
@@ -269,6 +300,8 @@ def point(scale: int, task_keys: int) -> dict[str, Any]:
                             if above else 1.0},
         "s_curve": curve,
         "peak_task_bytes": dict(mapper.peak), "tasks": dict(mapper.tasks),
+        "work_bytes_per_doc": {"keys": round(total * ENTRY.itemsize / n, 1),
+                               "sketches": PERMS},
         "seconds": {"keys": round(t_keys, 2), "shuffle": round(t_shuffle, 2),
                     "truth": round(time.perf_counter() - t2, 2)},
     }
@@ -283,8 +316,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
     pts = results["points"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     s = np.linspace(0, 1, 200)
-    r = PERMS // BANDS
-    ax1.plot(s, 1 - (1 - s ** r) ** BANDS, color="grey", label=f"theory, {BANDS} bands x {r}")
+    ax1.plot(s, 1 - (1 - s ** ROWS) ** BANDS, color="grey",
+             label=f"theory, {BANDS} bands x {ROWS}")
     big = pts[-1]
     mids = [np.mean(c["jaccard"]) for c in big["s_curve"]]
     ax1.plot(mids, [c["candidate_rate"] for c in big["s_curve"]], "o-",
@@ -302,11 +335,11 @@ def plot(results: dict[str, Any], path: Path) -> None:
     ax2.set_ylabel("peak allocation of the biggest task (MiB)")
     ax2.set_ylim(bottom=0)
     ax2.legend(fontsize=8)
-    new = ", ".join(f"{p['components']['precision']:.3f}/{p['components']['recall']:.3f}"
+    new = ", ".join(f"{p['pipeline']['precision']:.3f}/{p['pipeline']['recall']:.3f}"
                     for p in pts)
-    old = ", ".join(f"{p['first_occurrence']['precision']:.3f}/"
-                    f"{p['first_occurrence']['recall']:.3f}" for p in pts)
-    ax2.set_title(f"precision/recall: components {new}\nfirst occurrence {old}", fontsize=8)
+    old = ", ".join(f"{p['before']['precision']:.3f}/{p['before']['recall']:.3f}" for p in pts)
+    ax2.set_title(f"precision/recall: verified {new}\nbefore (16x8, unverified) {old}",
+                  fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -320,19 +353,22 @@ def main() -> None:
                     help="keys per shuffle task (the job's is 512 Ki; smaller here so that "
                          "buckets grow with these small corpora)")
     args = ap.parse_args()
+    cfg = PipelineConfig()
+    assert (cfg.minhash_perms, cfg.minhash_bands, cfg.minhash_rows, cfg.shingle_words,
+            cfg.near_dup_threshold) == (PERMS, BANDS, ROWS, SHINGLE, THRESHOLD), \
+        "the benchmark measures the pipeline's defaults: update PERMS, BANDS, ... to them"
     point(1, args.task_keys)  # warm-up: first calls allocate NumPy's and tracemalloc's own
     pts = []
     for scale in (1, 4) if args.quick else (1, 4, 16, 64) if args.big else (1, 4, 16):
         pts.append(point(scale, args.task_keys))
         print({k: pts[-1][k] for k in ("documents", "buckets", "components_steps",
-                                       "components", "first_occurrence",
-                                       "components_verified_by_signatures",
+                                       "pipeline", "unverified", "before",
                                        "peak_task_bytes")}, flush=True)
     results = {
         "benchmark": "near_dup_quality", "machine": machine(),
-        "threshold": round(THRESHOLD, 4), "minhash": {"perms": PERMS, "bands": BANDS,
-                                                      "rows": PERMS // BANDS,
-                                                      "shingle_words": SHINGLE},
+        "threshold": THRESHOLD, "minhash": {"perms": PERMS, "bands": BANDS, "rows": ROWS,
+                                            "shingle_words": SHINGLE, "sketch_bytes": PERMS},
+        "before_minhash": {"perms": OLD_PERMS, "bands": OLD_BANDS, "rows": OLD_ROWS},
         "edit_rates": RATES, "task_keys": args.task_keys, "points": pts,
         "note": "dropped-document precision/recall against exact-Jaccard components at the "
                 "threshold; peak_task_bytes: tracemalloc peak of each step's biggest task",

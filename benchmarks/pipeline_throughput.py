@@ -237,7 +237,8 @@ def child_phase1_plain(files: list[Path], procs: int) -> dict:
         store.put(tokenizer_name(tok.sha256), tok.json.encode("utf-8"))
         params = StageParams(cfg.read_options, cfg.cleaning, cfg.dedup == "exact",
                              cfg.near_dup, (cfg.minhash_perms, cfg.minhash_bands,
-                                            cfg.shingle_words), tok.sha256, tok.vocab_size,
+                                            cfg.shingle_words, cfg.minhash_rows),
+                             tok.sha256, tok.vocab_size,
                              tok.eos_id, cfg.encode_batch_docs, cfg.row_group_tokens,
                              cfg.strict, cfg.storage_options)
         with ProcessPoolExecutor(procs, mp_context=multiprocessing.get_context("spawn")) as pool:

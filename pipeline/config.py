@@ -96,8 +96,13 @@ class PipelineConfig:
     dedup: str = _f("exact", "'exact': drop documents whose cleaned text repeats an earlier one "
                     "(the first by partition and position survives); 'none'")
     near_dup: bool = _f(False, "also drop near-duplicates found by MinHash LSH")
-    minhash_perms: int = _f(128, "MinHash permutations (near-dup)")
-    minhash_bands: int = _f(16, "LSH bands; perms/bands rows each (near-dup)")
+    near_dup_threshold: float = _f(0.7, "near-dup: estimated Jaccard similarity (of word "
+                                   "shingles) at which two documents are near-duplicates; LSH "
+                                   "candidates below it are not (0: keep every candidate)")
+    minhash_perms: int = _f(256, "MinHash permutations (near-dup): all verify a candidate "
+                            "pair, bands x rows of them make the LSH bands")
+    minhash_bands: int = _f(21, "LSH bands (near-dup)")
+    minhash_rows: int = _f(6, "MinHash values per LSH band (near-dup; 0: perms/bands)")
     shingle_words: int = _f(5, "words per shingle (near-dup)")
     dedup_buckets: int = _f(0, "hash buckets for the dedup shuffle (0: one per 512 Ki keys, "
                             "~50 MiB of worker memory, at most 4096); never changes the result",
@@ -179,6 +184,12 @@ class PipelineConfig:
             raise ValueError("lease_ttl must be positive")
         if self.tokenizer_threads < 1:
             raise ValueError("tokenizer_threads must be at least 1")
+        rows = self.minhash_rows or self.minhash_perms // max(1, self.minhash_bands)
+        if self.minhash_bands < 1 or rows < 1 or self.minhash_bands * rows > self.minhash_perms:
+            raise ValueError(f"minhash: {self.minhash_bands} bands x {rows} rows need at least "
+                             f"that many permutations, not {self.minhash_perms}")
+        if not 0 <= self.near_dup_threshold <= 1:
+            raise ValueError("near_dup_threshold must be in [0, 1]")
         if self.adapt is not None:
             self.adapt_range  # noqa: B018 - validates
         if self.pii not in ("none", "mask"):

@@ -53,6 +53,7 @@ from pipeline.shards import schema_description
 from pipeline.stages import (
     HiddenOptions,
     StageParams,
+    needs_sketches,
     phase_one,
     phase_two,
     phase_two_each,
@@ -228,7 +229,8 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
             if d and _named(d.get("shard"), i):
                 twos[i] = work.PhaseTwo.from_dict(d)
     params = StageParams(cfg.read_options, cfg.cleaning, cfg.dedup == "exact", cfg.near_dup,
-                         (cfg.minhash_perms, cfg.minhash_bands, cfg.shingle_words), tok.sha256,
+                         (cfg.minhash_perms, cfg.minhash_bands, cfg.shingle_words,
+                          cfg.minhash_rows), tok.sha256,
                          tok.vocab_size, tok.eos_id, cfg.encode_batch_docs,
                          cfg.row_group_tokens, cfg.strict, cfg.storage_options,
                          web=cfg.web_config)
@@ -243,8 +245,10 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
     def done1(k: str) -> dict[str, Any] | None:
         path = work.done1_path(k)
         d = state1.get(path) if state1 is not None else work.get_json(scratch, path)
-        # A phase-1 marker with rows but no shard entry is from an older version: redo it.
-        return d if d and (d.get("shard") or not d.get("rows")) else None
+        # A phase-1 marker with rows but no shard entry (or, near-dup, no sketches) is from
+        # an older version: redo it.
+        return d if d and (d.get("shard") or not d.get("rows")) and not needs_sketches(
+            d, params) else None
 
     ones = work.PhaseOneResults(n)
     hasher = None if rkey else hashlib.sha256()
@@ -339,7 +343,9 @@ def _dedup(client: Client, cfg: PipelineConfig, store: ReplicaSet, n: int,
                                                   **opts), range(len(args)))
 
     return shuffle.run(on_dask, store, rkey, keys,  # type: ignore[arg-type]
-                       _Counts(rows, per_doc), cfg.dedup_buckets).drops
+                       _Counts(rows, per_doc), cfg.dedup_buckets,
+                       threshold=cfg.near_dup_threshold if cfg.near_dup else 0.0,
+                       perms=cfg.minhash_perms).drops
 
 
 class _Counts(Sequence[int]):

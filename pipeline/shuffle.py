@@ -48,6 +48,7 @@ import numpy as np
 from pipeline import work
 from pipeline.dedup import DROP, ENTRY, KIND_NEAR, merge_drops, resolve
 from pipeline.dedup import components as cc
+from pipeline.dedup import verify as vf
 from pipeline.plan import close_at_target
 from storage import ReplicaSet
 
@@ -95,6 +96,17 @@ def drops_path(run_key: str, bucket: int) -> str:
 def edges_path(run_key: str, step: int, bucket: int) -> str:
     """Node bucket ``bucket``'s output of components step ``step - 1`` (0: the resolve's)."""
     return f"{work.WORK_DIR}/p2/{run_key}/edges-{step:03d}-{bucket:05d}.bin"
+
+
+def candidates_path(run_key: str, bucket: int) -> str:
+    """Bucket ``bucket``'s LSH candidate edges, ordered by the key group of their larger end."""
+    return f"{work.WORK_DIR}/p2/{run_key}/candidates-{bucket:05d}.bin"
+
+
+def carried_path(run_key: str, group: int) -> str:
+    """Group ``group``'s candidates with their larger end's sketch, ordered by the group of
+    their smaller end."""
+    return f"{work.WORK_DIR}/p2/{run_key}/carried-{group:05d}.bin"
 
 
 def near_drops_path(run_key: str, bucket: int) -> str:
@@ -160,13 +172,14 @@ def bucket_keys(store: ReplicaSet, run_key: str, keys: list[str], lo: int,
 
 def resolve_bucket(store: ReplicaSet, run_key: str, bucket: int, buckets: int,
                    groups: np.ndarray, starts: np.ndarray,
-                   counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                   counts: np.ndarray, verify: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Resolve one bucket: ``counts[g]`` keys from ``starts[g]`` in group ``g``'s file.
 
     ``groups``: ``[[lo, hi], ...]``, the key groups. Returns how many documents of each group
     this bucket condemns as exact duplicates (the drops themselves are stored, ordered by
     partition, for :func:`gather_drops`), and how many near-dup edges it wrote for each node
-    bucket (:func:`cc_step`'s first input; all 0 without band keys).
+    bucket (:func:`cc_step`'s first input; all 0 without band keys) or, with ``verify``, how
+    many candidate edges for each key group (:func:`attach_sketches`' input).
     """
     scratch = work.work_store(store)
     entries = _read_ranges(scratch, [(keys_path(run_key, int(lo), int(hi), buckets), int(s),
@@ -174,24 +187,138 @@ def resolve_bucket(store: ReplicaSet, run_key: str, bucket: int, buckets: int,
                                      for (lo, hi), s, n in zip(groups, starts, counts,
                                                                strict=True)], ENTRY)
     near = entries["kind"] == KIND_NEAR
-    edges = np.zeros(buckets, dtype=np.int64)
+    edges = np.zeros(len(groups) if verify else buckets, dtype=np.int64)
     if near.any():
         # band keys connect documents (components, below); only exact keys condemn here
-        records, edges = cc.route(*cc.star_edges(entries[near]), 0, buckets)
+        if verify:  # candidates, by the group of their larger end (sorted by node: by group)
+            a, b = cc.star_edges(entries[near])
+            records = np.zeros(len(a), dtype=cc.EDGE)
+            records["key"], records["other"] = a, b
+            records = np.unique(records)
+            edges = _per_group(cc.where(records["key"])[0], groups)
+            path = candidates_path(run_key, bucket)
+        else:
+            records, edges = cc.route(*cc.star_edges(entries[near]), 0, buckets)
+            path = edges_path(run_key, 0, bucket)
         entries = entries[~near]
         if len(records):
-            scratch.put(edges_path(run_key, 0, bucket), records.tobytes())
+            scratch.put(path, records.tobytes())
         del records
     drops = resolve(entries)  # sorted by (part, pos)
     del entries
     if len(drops):
         scratch.put(drops_path(run_key, bucket), drops.tobytes())
-    return _per_group(drops, groups), edges
+    return _per_group(drops["part"], groups), edges
 
 
-def _per_group(drops: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    group = np.searchsorted(np.asarray(groups)[:, 1], drops["part"], side="right")
-    return np.bincount(group, minlength=len(groups)).astype(np.int64)
+def _per_group(part: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """How many of ``part`` (partition numbers) fall in each key group."""
+    return np.bincount(_group_of(part, groups), minlength=len(groups)).astype(np.int64)
+
+
+def _group_of(part: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    return np.searchsorted(np.asarray(groups)[:, 1], part, side="right")
+
+
+def _sketches(scratch: ReplicaSet, names: list[str], lo: int, perms: int,
+              nodes: np.ndarray) -> np.ndarray:
+    """The sketches of documents ``nodes``, all in the key group of partitions ``lo, lo + 1,
+    ...`` (``names``: their work-file names): one ``len(nodes) x perms`` matrix, read from
+    phase 1's sketch files of only the partitions these documents are in."""
+    part, pos = cc.where(nodes)
+    need = np.unique(part)
+    with ThreadPoolExecutor(min(READ_THREADS, max(1, len(need)))) as pool:
+        blobs: list[bytes | None] = list(pool.map(
+            lambda p: scratch.get(work.sketches_path(names[int(p) - lo])), need))
+    parts = []
+    for i, blob in enumerate(blobs):  # parsed here, not in the threads (see bucket_keys)
+        flat = work.parse_array(blob)  # type: ignore[arg-type]
+        blobs[i] = None
+        if flat.dtype != np.uint8 or len(flat) % perms:
+            raise ValueError(f"{work.sketches_path(names[int(need[i]) - lo])}: {len(flat)} "
+                             f"{flat.dtype} values are not sketches of {perms} bytes")
+        parts.append(flat.reshape(-1, perms))
+    sizes = np.array([len(p) for p in parts], dtype=np.int64)
+    offsets = np.zeros(len(names), dtype=np.int64)
+    offsets[need - lo] = np.cumsum(sizes) - sizes
+    rows = vf.rows_of(part, pos, lo, offsets)
+    i = np.searchsorted(need, part)
+    if len(rows) and (pos >= sizes[i]).any():
+        bad = int(need[i[np.argmax(pos >= sizes[i])]]) - lo
+        raise ValueError(f"{work.sketches_path(names[bad])}: fewer sketches than the "
+                         "partition's keys name")
+    mat = np.concatenate(parts) if parts else np.zeros((0, perms), np.uint8)
+    return mat[rows]
+
+
+def attach_sketches(store: ReplicaSet, run_key: str, group: int, names: list[str],
+                    perms: int, groups: np.ndarray, starts: np.ndarray,
+                    counts: np.ndarray) -> np.ndarray:
+    """First hop of verification: key group ``group``'s candidate edges (``counts[b]`` from
+    ``starts[b]`` of bucket ``b``'s candidates), each with the sketch of its larger end (a
+    document of this group, ``names`` its partitions' work files), stored ordered by the group
+    of the smaller end; returns how many go to each group."""
+    scratch = work.work_store(store)
+    cand = np.unique(_read_ranges(scratch, [(candidates_path(run_key, b), int(s), int(s + n))
+                                            for b, (s, n) in enumerate(zip(starts, counts,
+                                                                           strict=True))],
+                                  cc.EDGE))  # a pair found in several buckets, once
+    out = np.zeros(len(cand), dtype=vf.carried(perms))
+    out["key"], out["other"] = cand["other"], cand["key"]
+    out["sketch"] = _sketches(scratch, names, int(groups[group][0]), perms, cand["key"])
+    del cand
+    out = out[np.lexsort((out["other"], out["key"]))]  # by smaller end: by its group
+    if len(out):
+        scratch.put(carried_path(run_key, group), out.tobytes())
+    return _per_group(cc.where(out["key"])[0], groups)
+
+
+def check_edges(store: ReplicaSet, run_key: str, group: int, names: list[str], perms: int,
+                threshold: float, groups: np.ndarray, buckets: int, starts: np.ndarray,
+                counts: np.ndarray) -> np.ndarray:
+    """Second hop: the candidate edges whose smaller end is in key group ``group``
+    (``counts[h]`` from ``starts[h]`` of group ``h``'s :func:`attach_sketches` output) kept
+    where the two sketches estimate a Jaccard >= ``threshold`` (:mod:`pipeline.dedup.verify`),
+    stored as :func:`cc_step`'s first input; returns how many go to each node bucket."""
+    scratch = work.work_store(store)
+    got = _read_ranges(scratch, [(carried_path(run_key, h), int(s), int(s + n))
+                                 for h, (s, n) in enumerate(zip(starts, counts, strict=True))],
+                       vf.carried(perms))
+    mine = _sketches(scratch, names, int(groups[group][0]), perms, got["key"])
+    ok = vf.verified(got["sketch"], mine, threshold)
+    del mine
+    records, per_bucket = cc.route(got["key"][ok], got["other"][ok], 0, buckets)
+    if len(records):
+        scratch.put(edges_path(run_key, 0, group), records.tobytes())
+    return per_bucket
+
+
+def verify_candidates(tasks: Mapper, store: ReplicaSet, run_key: str, names: list[str],
+                      groups: list[tuple[int, int]], buckets: int, candidates: np.ndarray,
+                      perms: int, threshold: float) -> tuple[np.ndarray, int, int]:
+    """Both hops of verification (``candidates``: the resolve's bucket x group counts);
+    returns the group x node bucket counts of the verified edges (:func:`components`' first
+    input), the ranged reads and the bytes of the count matrices the driver held."""
+    n = len(groups)
+    bounds = np.array(groups, dtype=np.int64).reshape(-1, 2)
+    first = starts_of(candidates, axis=1)
+    todo = [int(g) for g in np.flatnonzero(candidates.sum(axis=0))]
+    carried = np.zeros((n, n), dtype=np.int64)
+    if todo:
+        carried[todo] = np.stack(tasks(
+            "carry-sketches", attach_sketches,
+            [(store, run_key, g, names[groups[g][0]:groups[g][1]], perms, bounds,
+              first[:, g], candidates[:, g]) for g in todo]))
+    first = starts_of(carried, axis=1)
+    todo2 = [int(g) for g in np.flatnonzero(carried.sum(axis=0))]
+    edges = np.zeros((n, buckets), dtype=np.int64)
+    if todo2:
+        edges[todo2] = np.stack(tasks(
+            "verify-edges", check_edges,
+            [(store, run_key, g, names[groups[g][0]:groups[g][1]], perms, threshold, bounds,
+              buckets, first[:, g], carried[:, g]) for g in todo2]))
+    reads = int(np.count_nonzero(candidates) + np.count_nonzero(carried))
+    return edges, reads, candidates.nbytes + carried.nbytes + edges.nbytes
 
 
 def _read_edges(scratch: ReplicaSet, run_key: str, step: int, starts: np.ndarray,
@@ -229,7 +356,7 @@ def near_drops(store: ReplicaSet, run_key: str, step: int, bucket: int, groups: 
     drops["kind"] = KIND_NEAR
     if len(drops):
         scratch.put(near_drops_path(run_key, bucket), drops.tobytes())
-    return _per_group(drops, groups)
+    return _per_group(drops["part"], groups)
 
 
 #: components steps before :func:`components` gives up (they take O(log² n); a few in practice)
@@ -322,7 +449,8 @@ class Shuffled:
 
 
 def run(tasks: Mapper, store: ReplicaSet, run_key: str, keys: list[str],
-        keys_per_partition: Sequence[int], buckets: int = 0, per_task: int = 0) -> Shuffled:
+        keys_per_partition: Sequence[int], buckets: int = 0, per_task: int = 0,
+        threshold: float = 0.0, perms: int = 0) -> Shuffled:
     """The whole shuffle: where the drops of each partition with any lie.
 
     ``keys``: the partitions' work-file names, in partition order; ``keys_per_partition``:
@@ -330,6 +458,10 @@ def run(tasks: Mapper, store: ReplicaSet, run_key: str, keys: list[str],
     ``per_task`` (a key group's size): 0 for :func:`sizes`' choice. Between steps only counts
     come back: a group x bucket matrix of keys, a bucket x group one of drops, and a count per
     partition. The drops are the same whatever the buckets and groups.
+
+    ``threshold`` > 0: near-dup candidate edges join the components only when the sketches
+    of ``perms`` bytes phase 1 left (:func:`pipeline.work.sketches_path`) estimate a Jaccard
+    >= ``threshold`` (:func:`verify_candidates`); 0: every edge joins.
     """
     auto_per_task, auto_buckets = sizes(sum(keys_per_partition))
     buckets, per_task = buckets or auto_buckets, per_task or auto_per_task
@@ -338,18 +470,22 @@ def run(tasks: Mapper, store: ReplicaSet, run_key: str, keys: list[str],
                              [(store, run_key, keys[lo:hi], lo, buckets) for lo, hi in groups]))
     bounds = np.array(groups, dtype=np.int64).reshape(-1, 2)
     starts = starts_of(per_key, axis=1)
+    verify = threshold > 0
     resolved = tasks("bucket", resolve_bucket,
-                     [(store, run_key, b, buckets, bounds, starts[:, b], per_key[:, b])
+                     [(store, run_key, b, buckets, bounds, starts[:, b], per_key[:, b], verify)
                       for b in range(buckets)])
     per_drop = np.stack([r[0] for r in resolved])
     edges = np.stack([r[1] for r in resolved])
     del resolved
     first = starts_of(per_drop, axis=1)
     per_near, first_near = np.zeros_like(per_drop), np.zeros_like(per_drop)
-    steps = cc_reads = 0
+    steps = cc_reads = verify_bytes = 0
+    if verify and edges.any():  # candidates -> edges whose sketches agree
+        edges, cc_reads, verify_bytes = verify_candidates(tasks, store, run_key, keys, groups,
+                                                          buckets, edges, perms, threshold)
     if edges.any():  # near-dup: components of the band-key graph, across buckets
-        steps, per_edge, cc_reads = components(tasks, store, run_key, buckets, edges)
-        cc_reads += int(np.count_nonzero(per_edge))
+        steps, per_edge, reads = components(tasks, store, run_key, buckets, edges)
+        cc_reads += reads + int(np.count_nonzero(per_edge))
         starts_e = starts_of(per_edge, axis=1)
         per_near = np.stack(tasks("near-drops", near_drops,
                                   [(store, run_key, steps, b, bounds, starts_e[:, b],
@@ -367,7 +503,7 @@ def run(tasks: Mapper, store: ReplicaSet, run_key: str, keys: list[str],
     return Shuffled(out, buckets, len(groups),
                     int(np.count_nonzero(per_key) + np.count_nonzero(per_drop)) + cc_reads,
                     per_key.nbytes + per_drop.nbytes + 2 * per_near.nbytes
-                    + (edges.nbytes if steps else 0), steps)
+                    + (edges.nbytes if steps else 0) + verify_bytes, steps)
 
 
 def in_process(name: str, fn: Callable[..., Any], args: list[tuple[Any, ...]]) -> list[Any]:

@@ -63,7 +63,7 @@ class StageParams:
     cleaning: CleaningConfig
     dedup: bool
     near_dup: bool
-    minhash: tuple[int, int, int]  # perms, bands, shingle words
+    minhash: tuple[int, ...]  # perms, bands, shingle words[, rows per band (0: perms/bands)]
     tokenizer_sha256: str
     vocab_size: int
     eos_id: int | None
@@ -95,8 +95,8 @@ def _tokenizer_json(store: ReplicaSet, sha256: str) -> str:
 
 
 @functools.lru_cache(maxsize=2)
-def _minhasher(perms: int, bands: int, words: int) -> MinHasher:
-    return MinHasher(perms, bands, words)
+def _minhasher(perms: int, bands: int, words: int, rows: int = 0) -> MinHasher:
+    return MinHasher(perms, bands, words, rows=rows)
 
 
 def named(index: int, shard: ShardInfo) -> ShardInfo:
@@ -127,7 +127,7 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
     it is returned as it is when they verify (:func:`pipeline.work.intact`), redone otherwise.
     """
     scratch = work.work_store(store)
-    if reuse is not None and work.intact(scratch, reuse):
+    if reuse is not None and work.intact(scratch, reuse) and not needs_sketches(reuse, p):
         return reuse
     tok_json = _tokenizer_json(store, p.tokenizer_sha256)
     hasher = _minhasher(*p.minhash) if p.near_dup else None
@@ -136,17 +136,19 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
     dtype = tokens.token_dtype(p.vocab_size)
     rejected: list[dict[str, str]] = []
     # Streamed: each encode batch goes to the shard writer (which holds at most one row group
-    # of it) and its dedup keys to a spool file, so memory does not grow with the partition.
+    # of it), its dedup keys and near-dup sketches (``perms`` bytes a row) to spool files, so
+    # memory does not grow with the partition.
     doc_ids: list[str] = []
     batch: list[str] = []
     batch_chars = 0
     keys: list[bytes] = []
+    sketches: list[np.ndarray] = []
     positions: list[int] = []
     kinds: list[int] = []
     docs_in = rows = n_tokens = 0
 
     def flush() -> None:
-        nonlocal doc_ids, batch, batch_chars, keys, positions, kinds, n_tokens
+        nonlocal doc_ids, batch, batch_chars, keys, sketches, positions, kinds, n_tokens
         if batch:
             ln, vals = tokenizing.encode_flat(tok_json, p.eos_id, batch)
             writer.add(shard_table(doc_ids, tokens.pack(ln, vals, dtype),
@@ -154,11 +156,16 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
             n_tokens += int(vals.size)
         if keys:
             spool.append(entries(keys, positions, kinds))
+        if sketches:
+            sketch_spool.append(np.concatenate(sketches))
         doc_ids, batch, batch_chars, keys, positions, kinds = [], [], 0, [], [], []
+        sketches = []
 
     schema = META_SCHEMA if p.web is not None and p.web.metadata else SCHEMA
     with ShardWriter(dtype, p.row_group_tokens, schema) as writer:
         spool = work.ArraySpool(ENTRY)
+        sketch_spool = work.ArraySpool(np.uint8)
+        sketches_sha256 = ""
         try:
             for item in read_partition(part, p.read, p.storage_options):
                 if isinstance(item, Rejected):
@@ -177,7 +184,8 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
                     positions.append(pos)
                     kinds.append(KIND_EXACT)
                 if hasher is not None:
-                    bands = hasher.band_keys(text)
+                    bands, sketch = hasher.keys_and_sketch(text)
+                    sketches.append(sketch)
                     keys += bands
                     positions += [pos] * len(bands)
                     kinds += [KIND_NEAR] * len(bands)
@@ -198,17 +206,30 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
                 scratch.put(work.rows_path(key), data)
                 del data
             keys_sha256 = spool.save(scratch, work.keys_path(key))
+            if hasher is not None:
+                sketches_sha256 = sketch_spool.save(scratch, work.sketches_path(key))
         finally:
             spool.close()
+            sketch_spool.close()
     quarantine = put_quarantine(store, part.index, rejected) if rejected else None
     result = work.PhaseOne(
         index=part.index, key=key, docs_in=docs_in + len(rejected), rows=rows,
         tokens=n_tokens, dropped=dict(cleaner.dropped + (web.dropped if web else Counter())),
         changed=dict(cleaner.changed + (web.changed if web else Counter())),
         quarantined=dict(Counter(r["reason"] for r in rejected)), quarantine=quarantine,
-        shard=shard, keys_sha256=keys_sha256, durable=not scratch.primary.is_local)
+        shard=shard, keys_sha256=keys_sha256, sketches_sha256=sketches_sha256,
+        durable=not scratch.primary.is_local)
     work.put_json(scratch, work.done1_path(key), work.marker(result))
     return result
+
+
+def needs_sketches(one: work.PhaseOne | dict[str, Any], p: StageParams) -> bool:
+    """Whether an earlier phase 1 (a result or its marker) lacks the near-dup sketches this
+    run verifies candidates with (written by a run without near-dup, or by an older
+    version): then the partition is redone."""
+    rows, sha = ((one.rows, one.sketches_sha256) if isinstance(one, work.PhaseOne)
+                 else (one.get("rows"), one.get("sketches_sha256")))
+    return p.near_dup and bool(rows) and not sha
 
 
 def phase_two(one: work.PhaseOne, run_key: str, store: ReplicaSet, row_group_tokens: int,

@@ -48,6 +48,8 @@ class PhaseOne:
     shard: ShardInfo | None = None
     #: the keys file's SHA-256 (checked before reuse when the work files were not synced)
     keys_sha256: str = ""
+    #: near-dup only: the MinHash sketches file's SHA-256 (``""``: none written)
+    sketches_sha256: str = ""
     #: False: the work files were written without fsync (a local store; see
     #: :func:`work_store`) and must be verified before a rerun reuses them
     durable: bool = True
@@ -141,6 +143,11 @@ def keys_path(key: str) -> str:
     return f"{WORK_DIR}/p1/{key}.keys.npy"
 
 
+def sketches_path(key: str) -> str:
+    """Near-dup: each row's MinHash sketch (``perms`` bytes a row, one flat uint8 array)."""
+    return f"{WORK_DIR}/p1/{key}.sketch.npy"
+
+
 #: phase-1 markers in a folder of their own: listing it returns one name per finished
 #: partition (plus the ledgers), not the three of ``p1/`` (rows, keys, marker)
 DONE1_DIR = f"{WORK_DIR}/done1"
@@ -187,6 +194,9 @@ def intact(store: ReplicaSet, one: PhaseOne) -> bool:
     try:
         if one.shard is not None:
             store.get(rows_path(one.key), sha256=one.shard.sha256)
+        if one.sketches_sha256 and (digest_bytes(store.get(sketches_path(one.key)))
+                                    != one.sketches_sha256):
+            return False
         return digest_bytes(store.get(keys_path(one.key))) == one.keys_sha256
     except OSError:  # missing, torn (checksum), unreadable: the work is redone
         return False

@@ -26,18 +26,23 @@ class MinHasher:
     """MinHash signatures over word shingles, cut into LSH bands.
 
     Two documents with Jaccard similarity ``s`` share at least one band with probability
-    ``1 - (1 - s**rows)**bands``; 16 bands of 8 rows put the 50% point near s = 0.7. The
+    ``1 - (1 - s**rows)**bands``: the defaults' 21 bands of 6 rows put the 50% point near
+    s = 0.6, so that pairs at the 0.7 threshold are nearly all candidates; candidates are then
+    verified on the whole signature (:mod:`pipeline.dedup.verify`), whose ``perms`` values
+    may outnumber the bands' ``bands x rows`` (``rows`` 0: ``perms // bands``). The
     permutations come from a fixed seed, so every worker computes the same signatures.
     """
 
-    def __init__(self, perms: int = 128, bands: int = 16, shingle_words: int = 5,
-                 seed: int = 1) -> None:
-        if perms % bands:
-            raise ValueError(f"minhash perms ({perms}) must be a multiple of bands ({bands})")
+    def __init__(self, perms: int = 256, bands: int = 21, shingle_words: int = 5,
+                 seed: int = 1, rows: int = 6) -> None:
+        rows = rows or perms // max(1, bands)
+        if bands < 1 or rows < 1 or bands * rows > perms:
+            raise ValueError(f"minhash: {bands} bands x {rows} rows need at least that many "
+                             f"permutations, not {perms}")
         rng = np.random.default_rng(seed)
         self.a = rng.integers(1, int(_MERSENNE), size=perms, dtype=np.uint64)
         self.b = rng.integers(0, int(_MERSENNE), size=perms, dtype=np.uint64)
-        self.bands, self.rows, self.k = bands, perms // bands, shingle_words
+        self.perms, self.bands, self.rows, self.k = perms, bands, rows, shingle_words
 
     def signature(self, text: str) -> np.ndarray:
         words = text.lower().split() or [""]
@@ -53,11 +58,27 @@ class MinHasher:
             ph = (sh[:, None] * self.a[None, :] + self.b[None, :]) % _MERSENNE
         return (ph & _MASK32).min(axis=0)
 
-    def band_keys(self, text: str) -> list[bytes]:
-        sig = self.signature(text).astype("<u4")
+    def bands_of(self, sig: np.ndarray) -> list[bytes]:
+        """The LSH band keys of a signature: 16 bytes per band of ``rows`` values."""
+        sig = sig.astype("<u4")
         return [hashlib.blake2b(sig[i * self.rows:(i + 1) * self.rows].tobytes(),
                                 digest_size=16, salt=i.to_bytes(2, "little")).digest()
                 for i in range(self.bands)]
+
+    def band_keys(self, text: str) -> list[bytes]:
+        return self.bands_of(self.signature(text))
+
+    def keys_and_sketch(self, text: str) -> tuple[list[bytes], np.ndarray]:
+        """Band keys and the compact signature (:func:`sketch`) of one document."""
+        sig = self.signature(text)
+        return self.bands_of(sig), sketch(sig)
+
+
+def sketch(sig: np.ndarray) -> np.ndarray:
+    """A signature kept for verification: the low 8 bits of each MinHash value (b-bit
+    MinHash), ``perms`` bytes a document. Two documents' values agree with probability
+    ``J + (1 - J) / 256`` (:func:`pipeline.dedup.verify.min_matches` corrects for it)."""
+    return (sig & np.uint64(0xFF)).astype(np.uint8)
 
 
 def entries(keys: Sequence[bytes], positions: Sequence[int], kinds: Sequence[int],

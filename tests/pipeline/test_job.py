@@ -210,14 +210,34 @@ def test_bad_input_is_quarantined_and_every_good_record_kept(tmp_path: Path) -> 
     assert by_reason["unreadable_file"]["source"].startswith("c.jsonl.gz")
 
 
-def test_near_dup_flag_removes_near_duplicates(tmp_path: Path) -> None:
+def test_near_dup_flag_removes_near_duplicates(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Across partitions (one per file), verified on the sketches phase 1 kept; a run
+    stopped after phase 1 is resumed, and a partition whose sketches were torn is redone."""
+    import pipeline.job
+    from pipeline import work
+
     base = " ".join(f"w{i}" for i in range(300))
-    docs = [base, base.replace("w150", "x"), " ".join(f"v{i}" for i in range(300)), base]
-    src = tmp_path / "d.jsonl"
-    src.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
-    summary = run(_cfg([str(src)], tmp_path / "ds", near_dup=True), progress=False)
+    docs = [base, " ".join(f"v{i}" for i in range(300)), base.replace("w150", "x"), base]
+    for name, part in (("a", docs[:2]), ("b", docs[2:])):
+        (tmp_path / f"{name}.jsonl").write_text(
+            "".join(json.dumps({"text": d}) + "\n" for d in part))
+    cfg = _cfg([str(tmp_path / "*.jsonl")], tmp_path / "ds", near_dup=True)
+
+    def stopped(*args: Any, **kw: Any) -> None:
+        raise RuntimeError("driver stopped after phase 1")
+
+    with monkeypatch.context() as m:
+        m.setattr(pipeline.job.shuffle, "run", stopped)
+        with pytest.raises(RuntimeError, match="stopped after phase 1"):
+            run(cfg, progress=False)
+    sketches = sorted((tmp_path / "ds" / work.WORK_DIR / "p1").glob("*.sketch.npy"))
+    assert len(sketches) == 2  # one per partition
+    sketches[0].write_bytes(sketches[0].read_bytes()[:-100])  # torn by a power loss
+    summary = run(cfg, progress=False)
+    assert summary.resumed == 1  # the intact partition reused, the torn one redone
     assert summary.dropped == {"duplicate": 1, "near_duplicate": 1}
-    assert [t for _, t in decoded(str(tmp_path / "ds"))] == [docs[0], docs[2]]
+    assert [t for _, t in decoded(str(tmp_path / "ds"))] == [docs[0], docs[1]]
 
 
 def test_a_missing_tokenizer_fails_before_anything_is_touched(tiny_dataset: str,

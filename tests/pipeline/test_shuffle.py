@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +20,7 @@ from pipeline.dedup import (
     entries,
     merge_drops,
     resolve,
+    verify,
 )
 from storage import ReplicaSet
 
@@ -109,9 +111,11 @@ def _flaky(rnd) -> shuffle.Mapper:
 
 
 def _survivors_through_the_store(store: ReplicaSet, docs: list[Doc], cuts: list[int],
-                                 buckets: int, target: int, rnd) -> dict[int, int]:
+                                 buckets: int, target: int, rnd,
+                                 sketches: np.ndarray | None = None) -> dict[int, int]:
     """``{document: kind}`` of the drops, documents numbered in input order, ``cuts`` the
-    partition sizes (the last partition takes the rest)."""
+    partition sizes (the last partition takes the rest); with ``sketches`` (a row per
+    document), phase 1's sketch files too, and candidates verified at :data:`THRESHOLD`."""
     bounds, at = [], 0
     for size in cuts:
         bounds.append((at, min(len(docs), at + size)))
@@ -128,8 +132,11 @@ def _survivors_through_the_store(store: ReplicaSet, docs: list[Doc], cuts: list[
         names.append(f"p{p}")
         per_part.append(len(keys))
         work.save_array(store, work.keys_path(names[-1]), entries(keys, pos, kinds))
+        if sketches is not None:
+            work.save_array(store, work.sketches_path(names[-1]), sketches[lo:hi].ravel())
+    verified = {} if sketches is None else {"threshold": THRESHOLD, "perms": PERMS}
     where = shuffle.run(_flaky(rnd), store, f"run{rnd.random()}", names, per_part, buckets,
-                        target).drops
+                        target, **verified).drops
     out = {}
     for p, (lo, _hi) in enumerate(bounds):
         if p in where:
@@ -138,18 +145,22 @@ def _survivors_through_the_store(store: ReplicaSet, docs: list[Doc], cuts: list[
     return out
 
 
-def _reference(docs: list[Doc]) -> dict[int, int]:
+def _reference(docs: list[Doc], sketches: np.ndarray | None = None) -> dict[int, int]:
     """Exact: a text seen earlier; near: any member of a component of the shared-band graph
-    but its first. A document both is an exact duplicate."""
+    but its first. A document both is an exact duplicate. With ``sketches``, a document
+    joins the first holder of its band only when their sketches agree in at least
+    ``verify.min_matches`` places."""
     first_band: dict[int, int] = {}
     a, b = [], []
     for i, (_text, bands) in enumerate(docs):
         for band in bands:
-            if band in first_band:
+            if band not in first_band:
+                first_band[band] = i
+            elif sketches is None or (np.count_nonzero(
+                    sketches[i] == sketches[first_band[band]])
+                    >= verify.min_matches(PERMS, THRESHOLD)):
                 a.append(i)
                 b.append(first_band[band])
-            else:
-                first_band[band] = i
     roots = components.components_reference(np.array(a, np.uint64), np.array(b, np.uint64))
     out = {x: KIND_NEAR for x, root in roots.items() if x != root}
     seen: set[int] = set()
@@ -175,6 +186,72 @@ def test_near_dup_components_are_the_same_whatever_the_partitioning_buckets_and_
     store = ReplicaSet.from_urls([str(tmp_path_factory.mktemp("cc"))])
     got = _survivors_through_the_store(store, docs, cuts, buckets, target, rnd)
     assert dict(sorted(got.items())) == _reference(docs)
+
+
+#: verification in the property tests: sketches of 8 values, 5 agreeing needed
+PERMS, THRESHOLD = 8, 0.6
+
+
+def _sketches(families: list[tuple[int, frozenset[int]]]) -> np.ndarray:
+    """A sketch per document: its family's (one of 3), with the values at ``flips`` its own
+    (so two documents of one family agree in 8 minus their flips' union places)."""
+    base = np.arange(3 * PERMS, dtype=np.uint8).reshape(3, PERMS)
+    out = base[[f for f, _ in families]].copy() if families else np.zeros((0, PERMS), np.uint8)
+    for i, (_f, flips) in enumerate(families):
+        out[i, sorted(flips)] = 100 + i
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.frozensets(st.integers(0, 12), max_size=3),
+                          st.integers(0, 2), st.frozensets(st.integers(0, PERMS - 1),
+                                                           max_size=3)),
+                max_size=40),
+       st.lists(st.integers(1, 12), max_size=6), st.integers(1, 7), st.integers(1, 60),
+       st.randoms(use_true_random=False))
+def test_verified_near_dup_survivors_are_the_same_whatever_the_partitioning_and_failures(
+        tmp_path_factory, docs: list[tuple[int, frozenset[int], int, frozenset[int]]],
+        cuts: list[int], buckets: int, target: int, rnd) -> None:
+    """Candidates verified on their sketches (two hops through key groups), then components:
+    the same survivors as deciding every first-holder edge in memory, for any partitioning,
+    buckets, key groups, task order and reruns."""
+    plain: list[Doc] = [(text, bands) for text, bands, _f, _x in docs]
+    sk = _sketches([(f, flips) for _t, _b, f, flips in docs])
+    store = ReplicaSet.from_urls([str(tmp_path_factory.mktemp("verified"))])
+    got = _survivors_through_the_store(store, plain, cuts, buckets, target, rnd, sk)
+    assert dict(sorted(got.items())) == _reference(plain, sk)
+
+
+def test_a_candidate_whose_sketch_disagrees_is_not_a_near_duplicate(tmp_path) -> None:
+    """B shares a band with A but their sketches agree in 4 of 8 places (< 5): B stays;
+    C agrees with A in 7 and goes; without verification both go."""
+    docs: list[Doc] = [(0, frozenset({1})), (1, frozenset({1})), (2, frozenset({1}))]
+    sk = _sketches([(0, frozenset()), (0, frozenset({0, 1, 2, 3})), (0, frozenset({5}))])
+    store = ReplicaSet.from_urls([str(tmp_path)])
+    assert _survivors_through_the_store(store, docs, [2], 3, 2, random.Random(1), sk) == {
+        2: KIND_NEAR}
+    assert _survivors_through_the_store(store, docs, [2], 3, 2, random.Random(1)) == {
+        1: KIND_NEAR, 2: KIND_NEAR}
+
+
+def test_a_short_or_missing_sketch_file_names_itself(tmp_path) -> None:
+    """A sketch file with fewer rows than the keys name, or none, fails the verifying task
+    naming the file (phase 1 verifies its work files before a rerun reuses them)."""
+    store = ReplicaSet.from_urls([str(tmp_path)])
+    for p in range(2):
+        work.save_array(store, work.keys_path(f"p{p}"),
+                        entries([content_key("band")], [0], [KIND_NEAR]))
+        work.save_array(store, work.sketches_path(f"p{p}"), np.zeros(PERMS, np.uint8))
+    work.save_array(store, work.sketches_path("p1"), np.zeros(0, np.uint8))
+    args = (shuffle.in_process, store, "r", ["p0", "p1"], [1, 1], 2, 60)
+    with pytest.raises(ValueError, match=r"p1\.sketch\.npy: fewer sketches"):
+        shuffle.run(*args, threshold=THRESHOLD, perms=PERMS)
+    (tmp_path / work.sketches_path("p1")).unlink()
+    with pytest.raises(OSError, match=r"p1\.sketch\.npy"):
+        shuffle.run(*args, threshold=THRESHOLD, perms=PERMS)
+    work.save_array(store, work.sketches_path("p1"), np.zeros(PERMS, np.uint8))
+    where = shuffle.run(*args, threshold=THRESHOLD, perms=PERMS).drops
+    assert shuffle.pick(store, where[1]).tolist() == [(1, 0, KIND_NEAR)]
 
 
 @settings(max_examples=40, deadline=None)

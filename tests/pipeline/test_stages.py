@@ -107,3 +107,46 @@ def _params():  # noqa: ANN202
     tok = tokenizing.gpt2()
     return StageParams(ReadOptions(), CleaningConfig(), True, False, (128, 16, 5), tok.sha256,
                        tok.vocab_size, tok.eos_id, 1024, 256 * 1024, False, {})
+
+
+def test_near_dup_phase_one_keeps_a_sketch_per_row_and_redoes_a_damaged_one(tmp_path) -> None:  # noqa: ANN001
+    """With near-dup, phase 1 leaves each row's MinHash sketch (perms bytes) beside its keys;
+    a rerun reuses the result only when the sketches match the marker's checksum, and redoes
+    a result whose marker has none (a run without near-dup, or an older version)."""
+    import dataclasses
+    import json
+
+    import numpy as np
+
+    from pipeline import tokenizing, work
+    from pipeline.dedup import MinHasher
+    from pipeline.stages import needs_sketches, phase_one
+    from storage import ReplicaSet, tokenizer_name
+
+    raw = tmp_path / "raw.jsonl"
+    texts = [" ".join(f"w{i * 7 + j}" for j in range(40)) for i in range(30)]
+    raw.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    (part,) = _partitions(tmp_path)
+    params = dataclasses.replace(_params(), near_dup=True, minhash=(64, 8, 5, 4))
+    store = ReplicaSet.from_urls([str(tmp_path / "ds")])
+    store.put(tokenizer_name(params.tokenizer_sha256), tokenizing.gpt2().json.encode())
+    one = phase_one(part, "n0", store, params)
+    sketches = tmp_path / "ds" / work.sketches_path("n0")
+    flat = work.parse_array(sketches.read_bytes())
+    mh = MinHasher(64, 8, 5, rows=4)
+    assert flat.dtype == np.uint8 and one.rows == len(texts) and one.sketches_sha256
+    assert (flat.reshape(-1, 64)[3] == mh.keys_and_sketch(texts[3])[1]).all()
+    earlier = work.PhaseOne.from_dict(json.loads(json.dumps(work.marker(one))))
+    assert phase_one(part, "n0", store, params, earlier) is earlier  # verified, reused
+    good = sketches.read_bytes()
+    for damage in (good[:-10], None):
+        if damage is None:
+            sketches.unlink()
+        else:
+            sketches.write_bytes(damage)
+        redone = phase_one(part, "n0", store, params, earlier)
+        assert not redone.resumed and sketches.read_bytes() == good
+    older = dataclasses.replace(earlier, sketches_sha256="")
+    assert needs_sketches(older, params) and needs_sketches(work.marker(older), params)
+    assert not phase_one(part, "n0", store, params, older).resumed
+    assert not needs_sketches(older, _params())  # exact dedup alone needs none
