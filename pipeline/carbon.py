@@ -228,15 +228,17 @@ class RunEnergy:
             self._next_stage = name
         self._wake.set()
 
-    def finish(self, timeout_s: float = 10.0) -> Energy:
-        """A last sample (with the workers, while they still run) and the total."""
+    def finish(self, timeout_s: float = 5.0) -> Energy:
+        """A last sample (with the workers, while they still run) and the total. A hung
+        worker must not hold the run's end: after ``timeout_s`` the run goes on without the
+        last interval of the workers' counters (the next sample is never taken)."""
         if self._thread is not None:
             self._stop.set()
             self._wake.set()
-            self._thread.join(timeout_s)
+            self._thread.join(1.0)
             done = threading.Thread(target=self.sample, daemon=True)
             done.start()
-            done.join(timeout_s)  # a hung worker must not hold the run's end
+            done.join(timeout_s)
         else:
             self.sample()
         return self.acc.total

@@ -159,9 +159,9 @@ class PipelineConfig:
         "a file or URL in the Carbon Aware SDK's or Electricity Maps' JSON (README, "
         "'Energy and carbon'); with --deadline or --max-intensity it decides when new tasks "
         "start", manifest=False)
-    deadline: str | None = _f(None, "with --carbon-signal: start new tasks only in the "
-                              "cleanest windows that still finish by then: 24h, 90m, 2d "
-                              "(from now) or an ISO 8601 time", manifest=False)
+    deadline: Annotated[str | None, Parameter(metavar="WHEN")] = _f(
+        None, "with --carbon-signal: start new tasks only in the cleanest windows that still "
+        "finish by then: 24h, 90m, 2d (from now) or an ISO 8601 time", manifest=False)
     max_intensity: Annotated[float | None, Parameter(metavar="G")] = _f(
         None, "with --carbon-signal: start new tasks only while the intensity is at most G "
         "g/kWh (bounded by --deadline when given)", manifest=False)
