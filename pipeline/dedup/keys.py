@@ -13,8 +13,8 @@ KIND_NEAR = 1
 #: one key of one document: 128-bit key, where the document is, and what kind of key it is
 ENTRY = np.dtype([("k0", "<u8"), ("k1", "<u8"), ("part", "<u4"), ("pos", "<u4"),
                   ("kind", "u1")])
-_MERSENNE = np.uint64((1 << 61) - 1)
 _MASK32 = np.uint64(0xFFFFFFFF)
+_SHIFT32 = np.uint64(32)
 
 
 def content_key(text: str) -> bytes:
@@ -31,6 +31,11 @@ class MinHasher:
     verified on the whole signature (:mod:`pipeline.dedup.verify`), whose ``perms`` values
     may outnumber the bands' ``bands x rows`` (``rows`` 0: ``perms // bands``). The
     permutations come from a fixed seed, so every worker computes the same signatures.
+
+    Each permutation is a multiply-add-shift hash of the 32-bit shingle hash, the high 32 bits
+    of ``a x + b`` mod 2**64 with ``a`` odd (Dietzfelbinger's universal family), without the
+    modulo by a Mersenne prime used before (that step took 2.7x as long with it; precision
+    and recall on ``benchmarks/near_dup_quality.py``'s corpus the same over 4 seeds).
     """
 
     def __init__(self, perms: int = 256, bands: int = 21, shingle_words: int = 5,
@@ -40,8 +45,8 @@ class MinHasher:
             raise ValueError(f"minhash: {bands} bands x {rows} rows need at least that many "
                              f"permutations, not {perms}")
         rng = np.random.default_rng(seed)
-        self.a = rng.integers(1, int(_MERSENNE), size=perms, dtype=np.uint64)
-        self.b = rng.integers(0, int(_MERSENNE), size=perms, dtype=np.uint64)
+        self.a = rng.integers(0, 1 << 64, size=perms, dtype=np.uint64) | np.uint64(1)
+        self.b = rng.integers(0, 1 << 64, size=perms, dtype=np.uint64)
         self.perms, self.bands, self.rows, self.k = perms, bands, rows, shingle_words
 
     def signature(self, text: str) -> np.ndarray:
@@ -54,9 +59,9 @@ class MinHasher:
         for j in range(k):
             sh = sh * np.uint64(1000003) + wh[j:len(words) - k + 1 + j]
         sh &= _MASK32
-        with np.errstate(over="ignore"):
-            ph = (sh[:, None] * self.a[None, :] + self.b[None, :]) % _MERSENNE
-        return (ph & _MASK32).min(axis=0)
+        with np.errstate(over="ignore"):  # wraps mod 2**64, as meant
+            ph = (sh[:, None] * self.a[None, :] + self.b[None, :]) >> _SHIFT32
+        return ph.min(axis=0)
 
     def bands_of(self, sig: np.ndarray) -> list[bytes]:
         """The LSH band keys of a signature: 16 bytes per band of ``rows`` values."""
