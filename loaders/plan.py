@@ -238,6 +238,13 @@ def lane_samples(sizes: np.ndarray, params: PlanParams, epoch: int, lanes: int,
     return out
 
 
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` (sorted, each once) without its check for masked arrays, which
+    imports ``numpy.ma`` (~10 ms of a process's first batch)."""
+    out = np.sort(values)
+    return out[np.concatenate([[True], out[1:] != out[:-1]])] if len(out) else out
+
+
 class LanePlan:
     """Random access to lanes ``lane_lo .. lane_hi - 1`` of one epoch, a range of columns at
     a time: ``columns(c0, c1)`` is ``lane_samples(...)[:, c0:c1]``, bit for bit, computed from
@@ -285,7 +292,7 @@ class LanePlan:
             r0 = int(inner[0]) if self.starts[first] != a and len(inner) else a
             # u = offset in consumption order; positions [r0, b) come first, then [a, r0).
             # The cuts, plus (rolled) the wrap at b - r0 where segment [a, r0) begins.
-            edges = np.unique(np.concatenate([[0, b - a, b - r0], inner - r0]).astype(np.int64))
+            edges = _distinct(np.concatenate([[0, b - a, b - r0], inner - r0]).astype(np.int64))
             got = self._edges[j] = (edges, r0)
         return got
 

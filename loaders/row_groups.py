@@ -8,7 +8,9 @@ manifest format.
   checksum (``digest``: the first 16 bytes of its BLAKE3, or SHA-256 in older datasets), and
   each shard's path, size and
   footer: :meth:`RowGroupIndex.locations` reads those columns on the first read, once per
-  process (a DataLoader worker inherits them when they were read before it was started).
+  process (a DataLoader worker inherits them when they were read before it was started); an
+  index small enough to come in one GET (``WHOLE_OBJECT_BYTES``) gives them at once, from
+  the same bytes as the plan's.
 
 A ``shardflow.dataset/1`` manifest lists the same facts inline; they are turned into the same
 arrays (through :func:`storage.index.build_index`), so the reader has one code path. Nothing
@@ -36,7 +38,7 @@ from storage.format.index import (
     read_index,
     shard_paths,
 )
-from storage.io.index_store import PieceCache, fetch_columns
+from storage.io.index_store import WHOLE_OBJECT_BYTES, PieceCache, fetch_columns
 from storage.io.process_local import ProcessLocal
 
 
@@ -163,6 +165,15 @@ class RowGroupIndex(ProcessLocal):
             return cls(cols["tokens"], cols["first_group"], encoding,
                        Locations.from_columns(cols, digest))
         ref = manifest.index
+        if ref.bytes <= WHOLE_OBJECT_BYTES:
+            # A small index comes in one GET whatever the columns: the read columns are taken
+            # now from the same bytes (one round trip to the store fewer before a first batch).
+            names = list(dict.fromkeys((*LOADER_PLAN_COLUMNS, *LOADER_READ_COLUMNS)))
+            cols = fetch_columns(store, ref, names, cache)
+            check_counts(manifest, cols)
+            index = cls(cols["tokens"], cols["first_group"], encoding, None, manifest, cache)
+            index._locations = index._checked_locations(cols)
+            return index
 
         def build() -> dict[str, np.ndarray]:
             cols = fetch_columns(store, ref, LOADER_PLAN_COLUMNS, cache)
@@ -186,13 +197,17 @@ class RowGroupIndex(ProcessLocal):
                     m = self._manifest
                     assert m is not None and m.index is not None
                     cols = fetch_columns(store, m.index, LOADER_READ_COLUMNS, self._cache)
-                    n = len(self)
-                    s = len(self.first_group) - 1
-                    if (len(cols["offset"]) != n or len(cols["digest"]) != n
-                            or cols["digest"].dtype.itemsize != DIGEST_BYTES
-                            or len(cols["shard_bytes"]) < s):
-                        raise ManifestError(f"{m.index.path}: location columns do not match "
-                                            "the row groups")
-                    self._locations = Locations.from_columns(cols, m.index.digest)
+                    self._locations = self._checked_locations(cols)
         return self._locations
+
+    def _checked_locations(self, cols: dict[str, np.ndarray]) -> Locations:
+        m = self._manifest
+        assert m is not None and m.index is not None
+        n = len(self)
+        s = len(self.first_group) - 1
+        if (len(cols["offset"]) != n or len(cols["digest"]) != n
+                or cols["digest"].dtype.itemsize != DIGEST_BYTES
+                or len(cols["shard_bytes"]) < s):
+            raise ManifestError(f"{m.index.path}: location columns do not match the row groups")
+        return Locations.from_columns(cols, m.index.digest)
 
