@@ -38,8 +38,58 @@ def _mix(x: np.ndarray, key: np.uint64) -> np.ndarray:
     return z
 
 
+_M32 = 0xFFFF_FFFF
+_INIT_A, _MULT_A, _INIT_B, _MULT_B = 0x43B0D7E5, 0x931E8875, 0x8B51F9DD, 0x58F38DED
+_MIX_L, _MIX_R, _POOL = 0xCA01F9DD, 0x4973F715, 4
+
+
+def seed_state(key: Sequence[int], count: int) -> list[int]:
+    """``np.random.SeedSequence(key).generate_state(count, np.uint64)`` as Python ints, in
+    pure Python: NumPy's published seeding algorithm (its ``hashmix``/``mix`` over a pool of
+    4 words), without importing ``numpy.random`` (~10 ms of a process's first batch).
+    ``key``: non-negative ints, each taken as its 32-bit words, least significant first."""
+    words: list[int] = []
+    for k in key:
+        k = int(k)
+        if k < 0:
+            raise ValueError(f"key values must be non-negative, got {k}")
+        words.append(k & _M32)
+        k >>= 32
+        while k:
+            words.append(k & _M32)
+            k >>= 32
+    const = _INIT_A
+
+    def hashmix(value: int) -> int:
+        nonlocal const
+        value ^= const
+        const = (const * _MULT_A) & _M32
+        value = (value * const) & _M32
+        return value ^ (value >> 16)
+
+    def mix(x: int, y: int) -> int:
+        r = (_MIX_L * x - _MIX_R * y) & _M32
+        return r ^ (r >> 16)
+
+    pool = [hashmix(words[i] if i < len(words) else 0) for i in range(_POOL)]
+    for src in range(_POOL):
+        for dst in range(_POOL):
+            if src != dst:
+                pool[dst] = mix(pool[dst], hashmix(pool[src]))
+    for w in words[_POOL:]:
+        for dst in range(_POOL):
+            pool[dst] = mix(pool[dst], hashmix(w))
+    const, state = _INIT_B, []
+    for i in range(2 * count):
+        value = pool[i % _POOL] ^ const
+        const = (const * _MULT_B) & _M32
+        value = (value * const) & _M32
+        state.append(value ^ (value >> 16))
+    return [state[2 * i] | state[2 * i + 1] << 32 for i in range(count)]
+
+
 def _keys(key: Sequence[int], count: int) -> np.ndarray:
-    return np.random.SeedSequence([int(k) for k in key]).generate_state(count, np.uint64)
+    return np.array(seed_state(key, count), dtype=np.uint64)
 
 
 def hash32(values: np.ndarray, key: Sequence[int]) -> np.ndarray:

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loaders.permute import Feistel, hash32
+from loaders.permute import Feistel, hash32, seed_state
 
 keys = st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=3)
 
@@ -68,3 +68,12 @@ def test_round_tables_give_the_defining_arithmetic(n: int, key: list[int], data)
     assert np.array_equal(image, f.reference(picks))
     assert np.array_equal(f.inverse(image), picks)
     assert np.array_equal(f.reference(image, inverse=True), picks)
+
+
+@settings(max_examples=300)
+@given(st.lists(st.integers(0, 2**80), min_size=1, max_size=7), st.integers(1, 6))
+def test_seed_state_is_numpys_seed_sequence(key: list[int], count: int) -> None:
+    """The keys come from NumPy's seeding algorithm, computed without numpy.random (whose
+    import cost a first batch ~10 ms): the same words for any key, short or long."""
+    want = np.random.SeedSequence(key).generate_state(count, np.uint64).tolist()
+    assert seed_state(key, count) == want
