@@ -111,7 +111,12 @@ def init_distributed(device_preference: str = "auto", *, hang_timeout: float = 0
 
 
 def store_prefix() -> str:
-    """The key prefix of this torchrun restart attempt (see :func:`attempt_store`)."""
+    """The key prefix of this torchrun restart attempt (see :func:`attempt_store`): in the
+    agents' long-lived store, one per attempt; in a store of rank 0's (new with every start of
+    the workers), none is needed, and none may be used, since the nodes of an elastic job
+    count their restarts apart (a node that joins starts at 0)."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return "shardflow"
     return f"shardflow/attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
 
 
