@@ -6,7 +6,7 @@ made from a random earlier member of its family (so chains of edits) by word sub
 insertions and deletions at a rate drawn from ``RATES`` (0: an exact copy), plus unrelated
 documents; the whole corpus is shuffled, so chains come in any order. Keys and sketches are
 phase 1's (``content_key``, ``MinHasher.keys_and_sketch`` at the pipeline's defaults: 256
-permutations, 21 bands of 6 rows, 5-word shingles, a sketch of 256 bytes a document), written
+permutations, 21 bands of 5 rows, 5-word shingles, a sketch of 256 bytes a document), written
 per partition of 100 documents to a local store, and the dedup shuffle runs as the job runs it
 (``shuffle.run`` with the default threshold 0.7: candidates verified on the sketches) on an
 in-process mapper that measures each task's peak Python/NumPy allocation (tracemalloc), with
@@ -72,7 +72,7 @@ from storage import ReplicaSet  # noqa: E402
 #: edit rates of a family member against the member it was made from (0: an exact copy)
 RATES = (0.0, 0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2, 0.3)
 #: the pipeline's defaults (pipeline.config.PipelineConfig)
-PERMS, BANDS, ROWS, SHINGLE, THRESHOLD = 256, 21, 6, 5, 0.7
+PERMS, BANDS, ROWS, SHINGLE, THRESHOLD = 256, 21, 5, 5, 0.7
 #: the defaults before candidates were verified
 OLD_PERMS, OLD_BANDS, OLD_ROWS = 128, 16, 8
 PART_DOCS = 100

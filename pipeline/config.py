@@ -102,7 +102,7 @@ class PipelineConfig:
     minhash_perms: int = _f(256, "MinHash permutations (near-dup): all verify a candidate "
                             "pair, bands x rows of them make the LSH bands")
     minhash_bands: int = _f(21, "LSH bands (near-dup)")
-    minhash_rows: int = _f(6, "MinHash values per LSH band (near-dup; 0: perms/bands)")
+    minhash_rows: int = _f(5, "MinHash values per LSH band (near-dup; 0: perms/bands)")
     shingle_words: int = _f(5, "words per shingle (near-dup)")
     dedup_buckets: int = _f(0, "hash buckets for the dedup shuffle (0: one per 512 Ki keys, "
                             "~50 MiB of worker memory, at most 4096); never changes the result",
