@@ -17,7 +17,7 @@ PACKAGES = ("storage", "pipeline", "loaders", "trainer")
 
 #: flags of other tools that the README mentions (torchrun's, pip's, `dask worker`'s)
 FOREIGN_FLAGS = {"--nproc-per-node", "--max-restarts", "--nnodes", "--rdzv-backend",
-                 "--rdzv-endpoint", "--rdzv-id", "--no-deps", "--nthreads"}
+                 "--rdzv-endpoint", "--rdzv-id", "--rdzv-conf", "--no-deps", "--nthreads"}
 
 
 def _options(parser: argparse.ArgumentParser) -> set[str]:
