@@ -141,7 +141,7 @@ def words(text: str) -> list[str]:
     out: list[str] = []
     split = _split_chunk
     for chunk in text.split():
-        if chunk.isalnum() and chunk not in _BARE_SPLIT:
+        if (chunk.isalpha() and chunk not in _BARE_SPLIT) or chunk.isdigit():
             out.append(chunk)
         else:
             out += split(chunk)

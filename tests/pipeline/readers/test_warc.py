@@ -1,0 +1,106 @@
+"""The WARC/WET reader on files written by warcio from Debian's HTML manuals, with broken
+records cut and forged by hand: each broken record is one reject at its offset, and every
+good record around it arrives."""
+
+from __future__ import annotations
+
+import gzip
+import io
+
+import pytest
+
+from pipeline.readers import ReadOptions, warc
+from pipeline.records import Document, Rejected
+from tests.pipeline.web import warcs
+
+
+@pytest.fixture(scope="module")
+def pages() -> list[tuple[str, bytes]]:
+    return warcs.debian_pages(5)
+
+
+def read(data: bytes, opts: ReadOptions | None = None) -> list[Document | Rejected]:
+    return list(warc.read(io.BytesIO(data), "t.warc.gz", opts or ReadOptions(), [0]))
+
+
+def offsets(records: list[bytes]) -> list[int]:
+    out, at = [], 0
+    for r in records:
+        out.append(at)
+        at += len(r)
+    return out
+
+
+def test_records_arrive_with_url_date_and_offset(pages: list[tuple[str, bytes]]) -> None:
+    records = [warcs.warcinfo(), *(warcs.response(u, h) for u, h in pages)]
+    got = read(b"".join(records))
+    assert [d.url for d in got] == [u for u, _ in pages]
+    assert [d.source for d in got] == [f"t.warc.gz@{o}" for o in offsets(records)[1:]]
+    assert all(d.kind == "html" and d.date == "2024-05-01T12:00:00Z" for d in got)
+    assert all(d.doc_id.startswith("<urn:uuid:") for d in got)
+    assert got[0].text == pages[0][1].decode("utf-8")
+
+
+@pytest.mark.parametrize("damage", ["cut_member", "bad_header", "garbage"])
+def test_a_broken_member_costs_only_itself(pages: list[tuple[str, bytes]], damage: str) -> None:
+    a, b, c = (warcs.response(u, h) for u, h in pages[:3])
+    bad = {"cut_member": b[: len(b) // 2], "bad_header": warcs.bad_header_member(),
+           "garbage": b"this is not gzip at all"}[damage]
+    got = read(a + bad + c)
+    assert [type(x).__name__ for x in got] == ["Document", "Rejected", "Document"]
+    assert got[1].source == f"t.warc.gz@{len(a)}" and got[1].reason == "malformed_record"
+    assert [got[0].url, got[2].url] == [pages[0][0], pages[2][0]]
+    assert got[2].source == f"t.warc.gz@{len(a) + len(bad)}"
+    assert got[2].text == pages[2][1].decode("utf-8")
+
+
+def test_a_truncated_last_member_is_a_truncated_input(pages: list[tuple[str, bytes]]) -> None:
+    a, b = (warcs.response(u, h) for u, h in pages[:2])
+    got = read(a + b[:-200])
+    assert isinstance(got[0], Document)
+    assert isinstance(got[1], Rejected) and got[1].reason == "truncated_input"
+    assert got[1].source == f"t.warc.gz@{len(a)}" and "WARC/1.0" in got[1].raw
+
+
+def test_plain_warc_resynchronises_after_a_bad_header(pages: list[tuple[str, bytes]]) -> None:
+    a, b = (warcs.response(u, h, gz=False) for u, h in pages[:2])
+    bad = b"WARC/1.0\r\nWARC-Type: response\r\n\r\n"  # no Content-Length
+    got = read(a + bad + b + a[:3000])
+    assert [type(x).__name__ for x in got] == ["Document", "Rejected", "Document", "Rejected"]
+    assert got[1].reason == "malformed_record" and got[1].source == f"t.warc.gz@{len(a)}"
+    assert got[2].url == pages[1][0]
+    assert got[3].reason == "truncated_input"
+
+
+def test_non_utf8_bodies_are_decoded_by_their_charset() -> None:
+    body = ("<html><body><p>Caf\u00e9 cr\u00e8me br\u00fbl\u00e9e, na\u00efve "
+            "fa\u00e7ade.</p></body></html>")
+    declared = warcs.response("http://a/", body.encode("cp1252"), "text/html; charset=cp1252")
+    sniffed = warcs.response("http://b/", ("<html><head><meta charset='iso-8859-1'></head>"
+                                           + body[6:]).encode("latin-1"), "text/html")
+    got = read(declared + sniffed)
+    assert all("Caf\u00e9 cr\u00e8me" in d.text for d in got)
+
+
+def test_wet_conversions_and_other_types(pages: list[tuple[str, bytes]]) -> None:
+    wet = warcs.conversion("http://w/", "Plain text from a WET file.\nSecond line.")
+    pdf = warcs.response("http://p/", b"%PDF-1.4 ...", "application/pdf")
+    got = read(wet + pdf)
+    assert got[0].kind == "text" and got[0].text.startswith("Plain text") and \
+        got[0].url == "http://w/"
+    assert got[1].kind == "other:application/pdf"
+
+
+def test_an_oversized_member_is_rejected_and_reading_goes_on(
+        pages: list[tuple[str, bytes]]) -> None:
+    small = warcs.response("http://s/", b"<p>small page</p>")
+    big = warcs.response("http://b/", b"<p>" + b"x" * 50_000 + b"</p>")
+    got = read(big + small, ReadOptions(max_record_bytes=10_000))
+    assert isinstance(got[0], Rejected) and got[0].reason == "record_too_large"
+    assert got[1].url == "http://s/"
+
+
+def test_a_whole_file_gzip_of_several_records_is_read(pages: list[tuple[str, bytes]]) -> None:
+    plain = b"".join(warcs.response(u, h, gz=False) for u, h in pages[:3])
+    got = read(gzip.compress(plain))
+    assert [d.url for d in got] == [u for u, _ in pages[:3]]
