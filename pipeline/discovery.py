@@ -126,12 +126,21 @@ def _page_codes(urls: list[str], cache: dict[str, tuple[int, int]]
     per name."""
     first = urls[0]
     tail = _tail(first)
-    if tail.count(".") == 2:  # a name that ends so has these last two suffixes
-        same = all(u.endswith(tail) for u in urls)
-    elif tail.count(".") == 1:  # and no other dot in its name
-        same = all(u.endswith(tail) and u.count(".", u.rfind("/") + 1) == 1 for u in urls)
-    else:
-        same = False
+    dots = tail.count(".")
+    same = False
+    if dots in (1, 2):
+        # A name that ends in a two-suffix tail has those last two suffixes; one ending in a
+        # one-suffix tail must have no other dot. Checked on the page's names joined (one
+        # folder: the usual listing page), else name by name.
+        cut = os.path.commonprefix(urls).rfind("/") + 1
+        names = "\n".join([u[cut:] for u in urls])
+        if "/" not in names and names.count("\n") == len(urls) - 1:
+            same = names.count(tail + "\n") + names.endswith(tail) == len(urls) and (
+                dots == 2 or names.count(".") == len(urls))
+        elif dots == 2:
+            same = all(u.endswith(tail) for u in urls)
+        else:
+            same = all(u.endswith(tail) and u.count(".", u.rfind("/") + 1) == 1 for u in urls)
     if same:
         f, c = _format_codes(first, cache)
         return [f] * len(urls), [c] * len(urls)

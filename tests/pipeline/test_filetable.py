@@ -145,13 +145,15 @@ def test_a_paged_listing_streams(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                           st.sampled_from(["", ".b", ".v1", ".jsonl", ".TXT"]),
                           st.sampled_from([".jsonl", ".json", ".txt", ".Txt", ".csv"]),
                           st.sampled_from(["", ".gz", ".zst", ".xz", ".GZ"])),
-                min_size=1, max_size=20))
+                min_size=1, max_size=20), st.booleans())
 @settings(max_examples=300, deadline=None)
-def test_page_codes_are_each_names_format(names: list) -> None:
+def test_page_codes_are_each_names_format(names: list, one_folder: bool) -> None:
     """A listing page's format codes, found once per page where the names end alike, are
     detect_format's for every name (mixed endings such as .txt.gz and .jsonl.gz included)."""
     from pipeline.discovery import _page_codes, detect_format
 
+    if one_folder:  # a listing page of one folder (the joined-names path)
+        names = [(names[0][0], *rest) for _, *rest in names]
     urls = ["".join(parts) for parts in names]
     want = {u: (FORMAT_CODES.index(detect_format(u)[0]),
                 COMPRESSION_CODES.index(detect_format(u)[1])) for u in urls}
