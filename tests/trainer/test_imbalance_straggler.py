@@ -1,9 +1,12 @@
 """The load-imbalance report end to end: ``python -m trainer`` under torchrun (2 processes,
 gloo), one rank slowed from outside its process (SIGSTOP/SIGCONT pulses sent by the test, as
-a throttled or descheduled host would), named by the report within two intervals."""
+a throttled or descheduled host would), named by the report within two intervals. The same run
+saves delta checkpoints (``--full-every 2``): the last one, a delta written by two DDP ranks,
+loads in one process bitwise equal to the run's final weights."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -15,11 +18,16 @@ from pathlib import Path
 
 import psutil
 import pytest
+import torch
 
+from trainer.checkpoint import load_checkpoint
 from trainer.metrics import read_jsonl
+from trainer.model import GPT, GPTConfig
+from trainer.optim import build_optimizer
 
 REPO = Path(__file__).resolve().parents[2]
 EVERY = 20
+STEPS = 240
 
 pytestmark = pytest.mark.slow
 
@@ -56,10 +64,12 @@ def test_a_rank_slowed_from_outside_is_named_within_two_reports(
     log = (tmp_path / "out.log").open("w")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
-           "-m", "trainer", "--data", tiny_vocab_dataset, "--steps", "100000",
+           "-m", "trainer", "--data", tiny_vocab_dataset, "--steps", str(STEPS),
            "--layers", "1", "--width", "32", "--heads", "2", "--seq-len", "64",
            "--batch-size", "4", "--device", "cpu", "--log-every", str(EVERY),
-           "--imbalance-every", str(EVERY), "--run-dir", str(run_dir)]
+           "--imbalance-every", str(EVERY), "--run-dir", str(run_dir),
+           "--checkpoint-dir", str(run_dir / "ck"), "--checkpoint-every", str(STEPS // 4),
+           "--full-every", "2", "--keep", "10"]
     proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"},
                             stdout=log, stderr=subprocess.STDOUT)
     victim = None
@@ -83,13 +93,14 @@ def test_a_rank_slowed_from_outside_is_named_within_two_reports(
     finally:
         if victim is not None:
             victim.send_signal(signal.SIGCONT)
-        proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            log.close()
+    assert proc.returncode == 0, (tmp_path / "out.log").read_text()[-3000:]
     got = reports(run_dir)
     after = got[before:]  # the first of these may have begun before the pulses did
     assert len(after) >= 2
@@ -101,3 +112,16 @@ def test_a_rank_slowed_from_outside_is_named_within_two_reports(
     assert after[1]["collective_s"][0] > after[1]["collective_s"][1], after[1]
     out = (tmp_path / "out.log").read_text()
     assert f"imbalance @ step {after[1]['step']}: slowest rank 1" in out
+
+    # the last checkpoint is a delta against the one before, written by both DDP ranks; loaded
+    # in this process (world 1, DCP reshards), it is bitwise the run's final weights
+    last = run_dir / "ck" / f"step-{STEPS:08d}"
+    assert json.loads((last / "delta.json").read_text())["base"] == \
+        f"step-{3 * STEPS // 4:08d}"
+    config = json.loads((run_dir / "config.json").read_text())
+    model = GPT(GPTConfig(**config["model"]))
+    load_checkpoint(str(last), model, build_optimizer(model, lr=1e-3, weight_decay=0.1))
+    final = torch.load(run_dir / "model_final.pt", weights_only=True)
+    got = model.state_dict()
+    assert final.keys() == got.keys()
+    assert all(torch.equal(final[k], got[k]) for k in final)
