@@ -207,3 +207,21 @@ def test_a_process_killed_mid_delta_save_leaves_the_last_complete_one_loadable(
     opt = build_optimizer(model, lr=1e-2, weight_decay=0.1)
     load_checkpoint(latest, model, opt)
     assert digest(model) == (root / f"ref-{step}").read_text()
+
+
+@pytest.mark.slow
+def test_delta_checkpoints_on_s3(s3_bucket) -> None:
+    """The fsspec path: delta records written and read through DCP's FsspecWriter/Reader on
+    a real S3 server; the base is kept while the delta needs it."""
+    url = f"{s3_bucket.url}/ckpt"
+    opts = s3_bucket.storage_options
+    model, opt = make()
+    ck = Checkpointer(url, keep=1, storage_options=opts, full_every=2)
+    train(model, opt, 1, seed=1)
+    ck.save(1, model, opt, {})
+    train(model, opt, 1, seed=2)
+    ck.save(2, model, opt, {})
+    assert [(s, c) for s, _, c in list_checkpoints(url, opts)] == [(1, True), (2, True)]
+    fresh, fresh_opt = make()
+    load_checkpoint(latest_checkpoint(url, opts), fresh, fresh_opt, opts)
+    assert_bitwise(state(fresh, fresh_opt), state(model, opt))
