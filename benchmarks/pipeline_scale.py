@@ -22,6 +22,14 @@ tasks beyond their own duration, per task, on 2 threads) and the resume-planning
 
     python benchmarks/pipeline_scale.py                       # the sweep, JSON + plot
     python benchmarks/pipeline_scale.py --input-tb 100 --files 10000000 --json   # one point
+    python benchmarks/pipeline_scale.py --sparse-run     # the real job on 2 TiB of sparse files
+
+``--sparse-run`` is the issue's user run: ``--sparse-files`` sparse text files of
+``--sparse-gib`` GiB each (``truncate``: no disk used; they read as NUL bytes) through the real
+``python -m pipeline run`` with a LocalCluster of one worker and ``--no-progress``, its driver
+process's RSS (client + in-process scheduler) sampled every second until
+``--sparse-partitions`` partitions are done (phase-1 markers) or ``--sparse-budget-s`` passed;
+then the run is stopped and its input and output removed. JSON: pipeline_scale_sparse.json.
 
 The baseline of the comparison is the sweep's own first point (1 TB, 10 k files): the targets
 are flat memory (within 10 % of it) and absolute bounds (driver and scheduler <= 1 GB, at most
@@ -171,7 +179,7 @@ def measure(input_tb: float, files: int, task_ms: float, max_tasks: int) -> dict
         with Client(address, timeout=60) as client:
             client.wait_for_workers(2, timeout=60)
             peak = Peak({"driver": os.getpid(), "scheduler": procs[0].pid})
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             table = discover_table([f"synth://{files}/{size}/*.txt"])
             listed_s = time.perf_counter() - t0
             part_bytes = auto_partition_bytes(table.total_bytes)
@@ -191,9 +199,11 @@ def measure(input_tb: float, files: int, task_ms: float, max_tasks: int) -> dict
                         yield i, k
 
             state = work.read_state(scratch, work.DONE1_DIR)  # a fresh _work/: empty
+            results = work.PhaseOneResults(len(plan))  # what the job keeps per partition
             window = TaskWindow(client)
             ledger = work.Compactor(scratch, work.DONE1_DIR)
             first: float | None = None
+            first_cpu = 0.0
             t_tasks = time.perf_counter()
 
             def submit(task: tuple[int, str]) -> Any:
@@ -207,16 +217,20 @@ def measure(input_tb: float, files: int, task_ms: float, max_tasks: int) -> dict
                                             itertools.islice(rerun_plan(state), max_tasks)):
                 if first is None:
                     first = time.perf_counter() - t0
-                ledger.add(work.done1_path(k), work.PhaseOne(i, k))
+                    first_cpu = time.process_time() - c0
+                one = work.PhaseOne(i, k)
+                ledger.add(work.done1_path(k), one)
+                results.add(one)
             ledger.flush()
             tasks_s = time.perf_counter() - t_tasks
             run = min(max_tasks, len(plan))
             # A rerun's planning: read the completion state (ledgers, loose markers), then
             # the pass over every partition that finds those left (all keys, the run key).
-            t_resume = time.perf_counter()
+            t_resume, c_resume = time.perf_counter(), time.process_time()
             state = work.read_state(scratch, work.DONE1_DIR)
             left = sum(1 for _ in rerun_plan(state))
             resume_s = time.perf_counter() - t_resume
+            resume_cpu = time.process_time() - c_resume
             assert left == len(plan) - run, (left, len(plan), run)
             rss = peak.stop()
         threads = 2
@@ -232,6 +246,10 @@ def measure(input_tb: float, files: int, task_ms: float, max_tasks: int) -> dict
             "first_task_s": round(first or 0.0, 3),
             "listing_s": round(listed_s, 3), "planning_s": round(planned_s, 3),
             "resume_planning_s": round(resume_s, 3),
+            # the driver's CPU time for the same spans: what the wall time is on an idle
+            # machine (this work is one thread), readable on a loaded one
+            "first_task_cpu_s": round(first_cpu, 3),
+            "resume_planning_cpu_s": round(resume_cpu, 3),
             "overhead_per_task_ms": round(overhead_ms, 3),
             "overhead_pct_of_task": round(100 * overhead_ms / task_ms, 2) if task_ms else None,
         }
@@ -240,6 +258,73 @@ def measure(input_tb: float, files: int, task_ms: float, max_tasks: int) -> dict
             p.kill()
         for p in procs:
             p.wait()
+
+
+def sparse_run(files: int, gib: float, partition_bytes: int, stop_at: int,
+               budget_s: float) -> dict[str, Any]:
+    """The real job on sparse files until ``stop_at`` partitions are done (module docstring)."""
+    import shutil
+    import signal
+
+    tmp = Path(tempfile.mkdtemp(prefix="pipeline-sparse-"))
+    src, out = tmp / "in", tmp / "out"
+    src.mkdir()
+    size = int(gib * 2**30)
+    for i in range(files):
+        with open(src / f"f{i:05d}.txt", "wb") as fh:
+            fh.truncate(size)  # sparse: no block is written
+    log = tmp / "run.log"
+    cmd = [sys.executable, "-m", "pipeline", "run", str(src / "*.txt"), "-o", str(out),
+           "--workers", "1", "--no-progress", "--partition-bytes", str(partition_bytes)]
+    samples: list[tuple[float, float, int]] = []  # (s since start, driver RSS MB, done)
+    done_dir = out / "_work" / "done1"
+    t0 = time.perf_counter()
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[1], stdout=fh,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        driver = psutil.Process(proc.pid)
+        while proc.poll() is None:
+            t = time.perf_counter() - t0
+            try:
+                with os.scandir(done_dir) as it:
+                    done = sum(1 for e in it if e.name.endswith(".done.json"))
+            except FileNotFoundError:
+                done = 0
+            with contextlib.suppress(psutil.Error):
+                samples.append((round(t, 1), round(driver.memory_info().rss / 2**20, 1), done))
+            if done >= stop_at or t >= budget_s:
+                break
+            time.sleep(1.0)
+        rc = proc.poll()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        text = log.read_text(errors="replace")
+        used_mb = sum(e.stat().st_blocks * 512 for e in os.scandir(src)) / 2**20
+        shutil.rmtree(tmp, ignore_errors=True)
+    plan_line = next((ln for ln in text.splitlines() if ln.startswith("shardflow:")), "")
+    rss = [r for _, r, _ in samples]
+    late = [r for t, r, d in samples if d > 0]  # from the first finished partition on
+    return {
+        "files": files, "file_gib": gib, "partition_bytes": partition_bytes,
+        "plan": plan_line, "exit_code": rc, "stopped_by": "run ended" if rc is not None else (
+            "partitions" if samples and samples[-1][2] >= stop_at else "time budget"),
+        "partitions_done": samples[-1][2] if samples else 0,
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "driver_peak_rss_mb": max(rss, default=0.0),
+        "driver_rss_first_done_mb": late[0] if late else None,
+        "driver_rss_last_mb": rss[-1] if rss else None,
+        "driver_rss_growth_after_first_mb": round(max(late) - late[0], 1) if late else None,
+        "input_disk_mb": round(used_mb, 1),
+        "log_tail": text.splitlines()[-5:],
+        "samples": samples[::max(1, len(samples) // 200)],
+    }
 
 
 def _child(input_tb: float, files: int, task_ms: float, max_tasks: int,
@@ -276,6 +361,13 @@ def plot(points: list[dict[str, Any]], path: Path) -> None:
                 [p["first_task_s"] for p in ok], label="first task")
     axes[1].plot([i for i, p in enumerate(points) if "failed" not in p],
                  [p["resume_planning_s"] for p in ok], "ko-", label="resume planning")
+    cpu = [(i, p) for i, p in enumerate(points) if "first_task_cpu_s" in p]
+    if cpu:  # wall times on a loaded machine; the driver's CPU seconds are the idle figure
+        axes[1].plot([i for i, _ in cpu], [p["first_task_cpu_s"] for _, p in cpu], "rx",
+                     ms=9, label="first task, driver CPU")
+        axes[1].plot([i for i, _ in cpu], [p["resume_planning_cpu_s"] for _, p in cpu], "r+",
+                     ms=11, label="resume planning, driver CPU")
+        axes[1].legend()
     axes[1].set_ylabel("seconds")
     axes[1].legend()
     axes[2].bar([i for i, p in enumerate(points) if "failed" not in p],
@@ -304,7 +396,24 @@ def main() -> None:
     ap.add_argument("--max-files", type=int, default=10_000_000,
                     help="sweep: skip points with more files (default: %(default)s)")
     ap.add_argument("--json", action="store_true", help="one point: print one JSON object")
+    ap.add_argument("--sparse-run", action="store_true",
+                    help="the real job on sparse files (module docstring)")
+    ap.add_argument("--sparse-files", type=int, default=2000, help="(default: %(default)s)")
+    ap.add_argument("--sparse-gib", type=float, default=1.0, help="(default: %(default)s)")
+    ap.add_argument("--sparse-partition-bytes", type=int, default=16 << 20,
+                    help="as the issue's run, 128 k partitions (default: %(default)s)")
+    ap.add_argument("--sparse-partitions", type=int, default=1000,
+                    help="stop once this many partitions are done (default: %(default)s)")
+    ap.add_argument("--sparse-budget-s", type=float, default=600.0,
+                    help="or after this long (default: %(default)s)")
     args = ap.parse_args()
+    if args.sparse_run:
+        point = sparse_run(args.sparse_files, args.sparse_gib, args.sparse_partition_bytes,
+                           args.sparse_partitions, args.sparse_budget_s)
+        path = write_results("pipeline_scale_sparse", point)
+        print(json.dumps({k: v for k, v in point.items() if k != "samples"}, indent=1))
+        print(f"wrote {path}")
+        return
     if args.input_tb is not None and args.files is not None:
         if args.memory_gb:
             cap = int(args.memory_gb * 2**30)
