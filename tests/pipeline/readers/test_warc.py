@@ -104,3 +104,33 @@ def test_a_whole_file_gzip_of_several_records_is_read(pages: list[tuple[str, byt
     plain = b"".join(warcs.response(u, h, gz=False) for u, h in pages[:3])
     got = read(gzip.compress(plain))
     assert [d.url for d in got] == [u for u, _ in pages[:3]]
+
+
+def test_from_s3_as_from_local_disk(s3_bucket, pages: list[tuple[str, bytes]],  # noqa: ANN001
+                                    tmp_path) -> None:  # noqa: ANN001
+    """The same .warc.gz and .warc.wet.gz, with a cut member, read through read_partition
+    from a bucket on the loopback S3 server and from local disk: the same items."""
+    from pipeline.discovery import discover
+    from pipeline.plan import plan_partitions
+    from pipeline.readers import read_partition
+    from storage import resolve
+
+    a, b, c = (warcs.response(u, h) for u, h in pages[:3])
+    files = {"x.warc.gz": a + b[:100] + c,
+             "y.warc.wet.gz": warcs.conversion("http://w/", "Some text.\nMore text.")}
+    remote = resolve(s3_bucket.url, s3_bucket.storage_options)
+    for name, data in files.items():
+        remote.fs.pipe_file(remote.path(f"cc/{name}"), data)
+        (tmp_path / name).write_bytes(data)
+
+    def items(pattern: str, opts: dict | None) -> list[tuple]:
+        parts = plan_partitions(discover([pattern], opts), 1 << 20)
+        assert [p.fmt for p in parts] == ["warc", "warc"]
+        return [(type(i).__name__, getattr(i, "source", ""), getattr(i, "url", ""),
+                 getattr(i, "text", ""), getattr(i, "reason", ""))
+                for p in parts for i in read_partition(p, ReadOptions(), opts)]
+
+    got = items(f"{s3_bucket.url}/cc/*.gz", s3_bucket.storage_options)
+    assert got == items(str(tmp_path / "*.gz"), None)
+    assert [g[0] for g in got] == ["Document", "Rejected", "Document", "Document"]
+    assert got[1][1:] == ("x.warc.gz@" + str(len(a)), "", "", "malformed_record")
