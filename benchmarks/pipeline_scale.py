@@ -258,6 +258,9 @@ def measure(input_tb: float, files: int, task_ms: float, max_tasks: int) -> dict
             p.kill()
         for p in procs:
             p.wait()
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)  # the markers, ledgers and worker folders
 
 
 def sparse_run(files: int, gib: float, partition_bytes: int, stop_at: int,
