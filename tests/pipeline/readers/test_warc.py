@@ -8,6 +8,8 @@ import gzip
 import io
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pipeline.readers import ReadOptions, warc
 from pipeline.records import Document, Rejected
@@ -134,3 +136,33 @@ def test_from_s3_as_from_local_disk(s3_bucket, pages: list[tuple[str, bytes]],  
     assert got == items(str(tmp_path / "*.gz"), None)
     assert [g[0] for g in got] == ["Document", "Rejected", "Document", "Document"]
     assert got[1][1:] == ("x.warc.gz@" + str(len(a)), "", "", "malformed_record")
+
+
+@pytest.fixture(scope="module")
+def members() -> list[bytes]:
+    return [warcs.response(f"http://m/{i}", f"<p>page {i}</p>".encode() * (i + 1))
+            for i in range(6)]
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_damage_anywhere_loses_only_the_damaged_member(members: list[bytes],
+                                                        data: st.DataObject) -> None:
+    """Garbage inserted at any byte, or the file cut at any byte: every member untouched by
+    the damage arrives (before it, and after it for an insertion), at its offset."""
+    blob = b"".join(members)
+    starts = offsets(members)
+    at = data.draw(st.integers(0, len(blob) - 1))
+    cut = data.draw(st.booleans())
+    junk = data.draw(st.binary(min_size=1, max_size=40))
+    damaged = blob[:at] if cut else blob[:at] + junk + blob[at:]
+    got = read(damaged)
+    docs = {d.source: d.url for d in got if isinstance(d, Document)}
+    for i, start in enumerate(starts):
+        end = start + len(members[i])
+        if end <= at:  # wholly before the damage
+            assert docs.get(f"t.warc.gz@{start}") == f"http://m/{i}"
+        elif not cut and start > at:  # wholly after an insertion, shifted by it
+            assert docs.get(f"t.warc.gz@{start + len(junk)}") == f"http://m/{i}"
+    assert all(isinstance(x, Rejected) for x in got if not isinstance(x, Document))
