@@ -282,4 +282,7 @@ def parse(app: App, argv: Sequence[str]) -> tuple[Callable[..., Any], Any]:
     except CycloptsError as exc:
         print(f"error: {exc}".rstrip(), file=sys.stderr)
         raise SystemExit(2) from None
+    except ValueError as exc:  # a config dataclass's own check (__post_init__) of the values
+        print(f"error: {exc}".rstrip(), file=sys.stderr)
+        raise SystemExit(2) from None
     return command, bound

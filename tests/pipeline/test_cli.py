@@ -31,7 +31,9 @@ def test_usage_errors_are_one_line_with_rc_2(tmp_path: Path) -> None:
     for args in (["run", "--min-chars", "lots"], ["run", "--no-such-flag"],
                  ["export", "x", "y", "--format", "csv"], ["inspect"], ["frobnicate"], [],
                  # the replica flags are flags only, never taken from extra positionals
-                 ["inspect", "x", "y"], ["export", "x", "y", "z"], ["inspect", "--url", "x"]):
+                 ["inspect", "x", "y"], ["export", "x", "y", "z"], ["inspect", "--url", "x"],
+                 # values the config's own checks refuse (not cyclopts'): no traceback either
+                 ["run", "--dedup", "foo"], ["run", "--deadline", "24h"]):
         out = _cli(*args)
         assert out.returncode == 2, (args, out.stderr)
         assert out.stderr.startswith("error: ") and out.stderr.count("\n") == 1, out.stderr
