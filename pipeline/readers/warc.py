@@ -38,8 +38,9 @@ def read(fh: BinaryIO, name: str, opts: ReadOptions, position: list[int]
     """The documents and rejects of one WARC/WET file, given as its raw (compressed) bytes."""
     head = fh.read(3)
     raw: BinaryIO = _Prefixed(head, fh)  # type: ignore[assignment]
-    # gzip by its magic, or by its name when the first member is damaged
-    gz = head == GZIP_MAGIC or name.lower().endswith(".gz")
+    # gzip by its magic, or by its name when the first member is damaged (a plain WARC file
+    # starts with its version line, whatever its name)
+    gz = head == GZIP_MAGIC or (name.lower().endswith(".gz") and not head.startswith(b"WAR"))
     frames = _members(raw, opts.max_record_bytes, position) if gz else \
         _plain(raw, opts.max_record_bytes, position)
     for offset, frame in frames:
