@@ -37,14 +37,30 @@ def _skip_rest_of_line(fh: BinaryIO) -> int:
             return n
 
 
-def first_line_start(fh: BinaryIO, start: int) -> int:
-    """The offset of the first line that starts at or after ``start`` (fh is left there)."""
+def first_line_start(fh: BinaryIO, start: int, end: int = -1) -> int | None:
+    """The offset of the first line that starts in ``[start, end)`` (fh is left there), or
+    None when no line starts there (``end == -1``: no bound).
+
+    The search stops at ``end``: a range inside one long line (a file without newlines, a
+    huge record) owns nothing, and finding that out costs its own bytes, not a read to the
+    end of the file. Without the bound, every range of a 1 GiB one-line file read on to the
+    end of the file: k ranges, k*k/2 reads.
+    """
     if start <= 0:
         return 0  # a freshly opened stream (compressed ones cannot seek at all)
     fh.seek(start - 1)
     if fh.read(1) == b"\n":
-        return start
-    return start + _skip_rest_of_line(fh)
+        return start if end < 0 or start < end else None
+    pos = start
+    while end < 0 or pos < end - 1:  # a newline at end - 1 would start a line at end
+        want = _CHUNK if end < 0 else min(_CHUNK, end - 1 - pos)
+        chunk = fh.readline(want)
+        if not chunk:
+            return None  # the end of the file: no line starts after ``start``
+        pos += len(chunk)
+        if chunk.endswith(b"\n"):
+            return pos if end < 0 or pos < end else None
+    return None
 
 
 def previous_line_blank(fh: BinaryIO, line_start: int) -> bool:
@@ -71,7 +87,10 @@ def iter_lines(fh: BinaryIO, start: int, end: int, max_bytes: int) -> Iterator[L
 
     Line numbers are known only when the range starts at the beginning of the file.
     """
-    pos = first_line_start(fh, start)
+    first = first_line_start(fh, start, end)
+    if first is None:
+        return
+    pos = first
     if start > 0:
         fh.seek(pos)
     lineno: int | None = 1 if start <= 0 else None

@@ -28,7 +28,10 @@ def read(fh: BinaryIO, part: Partition, name: str, opts: ReadOptions,
          position: list[int]) -> Iterator[Document | Rejected]:
     prev_blank = True
     if part.start > 0:
-        prev_blank = previous_line_blank(fh, first_line_start(fh, part.start))
+        first = first_line_start(fh, part.start, part.end)
+        if first is None:
+            return  # no line, so no paragraph, starts in this range
+        prev_blank = previous_line_blank(fh, first)
     block: list[bytes] = []
     size = 0
     too_long = False
@@ -57,10 +60,10 @@ def read(fh: BinaryIO, part: Partition, name: str, opts: ReadOptions,
             prev_blank = True
             continue
         if not block and not too_long:
+            if part.end >= 0 and line.offset >= part.end:
+                return  # past the range with no paragraph of its own started: done
             if not prev_blank:
                 continue  # the tail of a paragraph that the previous range owns
-            if part.end >= 0 and line.offset >= part.end:
-                return
             src = _where(name, line.lineno, line.offset)
         prev_blank = False
         size += line.length
