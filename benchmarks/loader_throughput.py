@@ -589,25 +589,22 @@ def measure(config: str, spec: dict[str, Any], attempts: int = 2) -> dict[str, A
 
 
 CHILD_MAIN = "import sys; from benchmarks.loader_throughput import main; sys.exit(main())"
-#: compiled bytecode for the children (a user's installed packages have theirs; the peers'
-#: came with their install), kept out of the checkout
-PYCACHE = Path(tempfile.gettempdir()) / "shardflow-loader-bench-pycache"
 
 
 def child_env() -> dict[str, str]:
-    """The children's environment: bytecode read from (and written to) ``PYCACHE`` even where
+    """The children's environment: bytecode cached (``__pycache__``, ignored by git) even where
     the caller disabled writing it (``PYTHONDONTWRITEBYTECODE``): without it every child would
     compile Shardflow's modules from source (~0.1 s of CPU) before its first batch, which an
-    installed package never does."""
+    installed package (like the peers and torch, compiled at their install) never does. No
+    ``PYTHONPYCACHEPREFIX``: it would hide the installed packages' bytecode too."""
     import os
 
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
-    return env
+    return {k: v for k, v in os.environ.items()
+            if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
 
 
 def compile_bytecode() -> None:
-    """Shardflow's packages compiled once into ``PYCACHE``, before anything is timed."""
+    """Shardflow's packages compiled once, before anything is timed."""
     subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", "loaders", "storage",
                     "benchmarks"], cwd=ROOT, env=child_env(), check=True,
                    stdout=subprocess.DEVNULL)

@@ -18,7 +18,7 @@ batch); ``peak_rss_mb`` the process's peak RSS (VmHWM) and ``extra_rss_mb`` its 
 the RSS after imports (everything resident: the pages of the host's shared index copy that
 this process touched count in full); ``private_mb``: the peak growth of its private memory
 (RssAnon, sampled every millisecond); ``shared_file_mb``: pages of the shared copy resident
-in it at the end. Each point runs in a fresh process:
+in it after its first batch. Each point runs in a fresh process:
 
     python benchmarks/plan_scale.py --row-groups 1000000 --world 10000 --rank 9999 --json
     python benchmarks/plan_scale.py             # the sweep: 1 M and 10 M row groups,
@@ -192,7 +192,15 @@ def measure(path: Path, world: int, rank: int) -> dict[str, Any]:
         source = DatasetSource(str(path), settings)  # what TokenDataset opens
         layout = Layout(world * BATCH, 1, world_, rank_, batch)
         first = next(rank_stream(source, layout, progress).batches())
+        # pages of the host's shared copy resident here while the source is alive (the first,
+        # kept alive to the end, as a job keeps its loader: its mappings count at --hold too)
+        if not kept:
+            kept.append(source)
+            shared["mb"] = _status_mb("RssFile") - base_file
         return first, source.lane_length(layout.lanes)
+
+    shared: dict[str, float] = {}
+    kept: list[DatasetSource] = []
 
     t0 = time.perf_counter()
     batch0, lane_len = first_batch(world, rank, BATCH, Progress())
@@ -212,7 +220,7 @@ def measure(path: Path, world: int, rank: int) -> dict[str, Any]:
             "build_s": build_s, "resume_same_s": resume_same_s,
             "resume_other_s": resume_other_s, "other_world": other,
             "peak_rss_mb": _status_mb("VmHWM"), "extra_rss_mb": _status_mb("VmHWM") - base_rss,
-            "private_mb": private, "shared_file_mb": _status_mb("RssFile") - base_file,
+            "private_mb": private, "shared_file_mb": shared["mb"], "_kept": kept,
             "samples_per_rank": int(lane_len) * BATCH}
 
 
@@ -370,12 +378,14 @@ def main() -> int:
 
             loaders.shared_index.MIN_INDEX_BYTES = 1 << 62
         result = measure(args.index, args.world, rank)
+        alive = result.pop("_kept")  # the rank's source, alive while measured below
         if args.hold:  # measured while the other ranks of the node are alive too
             print("READY", flush=True)
             sys.stdin.readline()
             result["rss_mb"], result["pss_mb"] = _status_mb("VmRSS"), _pss_mb()
             result["index_pss_mb"] = _index_pss_mb()
         print(json.dumps(result) if args.json else result)
+        del alive
         return 0
     from benchmarks.bench_utils import RESULTS, median, write_results
 
