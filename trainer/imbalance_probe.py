@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from trainer.imbalance import WIDTH, PhaseMeter, Report, analyze
 
@@ -45,9 +46,9 @@ class ImbalanceProbe:
             return
         optimizer.register_step_pre_hook(self._before_optimizer)
         optimizer.register_step_post_hook(self._after_optimizer)
-        ddp = getattr(train_model, "register_comm_hook", None)
-        if ddp is not None:
-            ddp(None, self._allreduce)
+        target = getattr(train_model, "_orig_mod", train_model)  # under torch.compile
+        if isinstance(target, DistributedDataParallel):
+            target.register_comm_hook(None, self._allreduce)
 
     # -- hooks -----------------------------------------------------------------------------
 
