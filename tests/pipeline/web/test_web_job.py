@@ -32,7 +32,9 @@ def crawl(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                   warcs.response("https://empty.example/", b"<html></html>"),
                                   warcs.response("https://fr.example/", cp1252,
                                                  "text/html; charset=cp1252")])
-    b = b"".join(warcs.response(u, h) for u, h in pages[12:])
+    # a copy of a page under another URL: exact dedup re-encodes b's shard, columns and all
+    b = b"".join(warcs.response(u, h) for u, h in [(pages[0][0] + "?copy", pages[0][1]),
+                                                      *pages[12:]])
     (d / "b.warc.gz").write_bytes(b[:-300])  # the last member is cut off
     warcs.write(d / "c.warc.wet.gz", [warcs.conversion(
         f"https://wet.example/{i}", f"Contact admin{i}@corp.com about server 8.8.{i}.1 today. "
@@ -46,7 +48,7 @@ def crawl(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _cfg(crawl: Path, out: Path, workers: int) -> PipelineConfig:
     return PipelineConfig(inputs=[str(crawl / "*.gz")], output=str(out), workers=workers,
                           dashboard_address="127.0.0.1:0", pii="mask",
-                          filters="gopher_repetition", dedup="none")
+                          filters="gopher_repetition")
 
 
 def test_crawl_to_tokens(crawl: Path, tmp_path: Path) -> None:
@@ -54,9 +56,10 @@ def test_crawl_to_tokens(crawl: Path, tmp_path: Path) -> None:
     summary = run(_cfg(crawl, out, 1), progress=False)
     assert summary.quarantined == {"malformed_record": 1, "truncated_input": 1}
     assert summary.dropped["extract_empty"] == 1
-    assert summary.docs_in == 12 + 1 + 2 + 11 + 5 + 1  # pages, quarantined, others, WET
+    assert summary.docs_in == 12 + 1 + 2 + 12 + 5 + 1  # pages, quarantined, others, WET
+    assert summary.dropped["duplicate"] >= 1  # the copy; the WET texts once masked too
     m = read_manifest(str(out))
-    assert m.stats["changed"]["extracted"] == 12 + 11 + 1
+    assert m.stats["changed"]["extracted"] == 12 + 12 + 1
     assert m.stats["changed"]["pii_emails_masked"] >= 5  # the WET texts; manuals have some
     assert m.stats["changed"]["pii_ips_masked"] >= 5
     assert m.config["filters"] == "gopher_repetition" and m.config["web_inputs"] is True
@@ -66,6 +69,7 @@ def test_crawl_to_tokens(crawl: Path, tmp_path: Path) -> None:
     for shard in shards_of(str(out), m):
         rows += pq.read_table(out / shard.path, columns=["url", "source", "lang"]).to_pylist()
     assert len(rows) == m.stats["documents_out"] > 20
+    assert not any(r["url"].endswith("?copy") for r in rows)
     assert {r["source"].split("@")[0] for r in rows} == {"a.warc.gz", "b.warc.gz",
                                                          "c.warc.wet.gz"}
     assert next(r for r in rows if r["url"] == "https://fr.example/")["lang"] == "fr"
