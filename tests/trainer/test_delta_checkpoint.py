@@ -159,11 +159,11 @@ from trainer.checkpoint import Checkpointer
 from trainer.model import GPT, GPTConfig
 from trainer.optim import build_optimizer
 torch.manual_seed(0)
-model = GPT(GPTConfig(vocab_size=4096, max_seq_len=16, n_layers=2, d_model=128, n_heads=2))
+model = GPT(GPTConfig(vocab_size=2048, max_seq_len=16, n_layers=2, d_model=64, n_heads=2))
 opt = build_optimizer(model, lr=1e-2, weight_decay=0.1)
 ck = Checkpointer({root!r}, keep=2, full_every=4)
 for step in range(1, 10_000):
-    x = torch.randint(0, 4096, (2, 16))
+    x = torch.randint(0, 2048, (2, 16))
     model(x, x)[1].backward(); opt.step(); opt.zero_grad()
     h = hashlib.sha256(b"".join(v.numpy().tobytes() for v in model.state_dict().values()))
     open({root!r} + f"/ref-{{step}}", "w").write(h.hexdigest())
@@ -203,7 +203,7 @@ def test_a_process_killed_mid_delta_save_leaves_the_last_complete_one_loadable(
     assert latest is not None
     step = int(latest.rsplit("-", 1)[1])
     assert torn and all(int(t.rsplit("-", 1)[1]) > step for t in torn), (torn, latest)
-    model = GPT(GPTConfig(vocab_size=4096, max_seq_len=16, n_layers=2, d_model=128, n_heads=2))
+    model = GPT(GPTConfig(vocab_size=2048, max_seq_len=16, n_layers=2, d_model=64, n_heads=2))
     opt = build_optimizer(model, lr=1e-2, weight_decay=0.1)
     load_checkpoint(latest, model, opt)
     assert digest(model) == (root / f"ref-{step}").read_text()

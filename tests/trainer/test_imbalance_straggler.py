@@ -27,7 +27,7 @@ from trainer.optim import build_optimizer
 
 REPO = Path(__file__).resolve().parents[2]
 EVERY = 20
-STEPS = 240
+STEPS = 160
 
 pytestmark = pytest.mark.slow
 
