@@ -5,8 +5,10 @@ fastest, but pandas, DuckDB, Polars and HF ``datasets`` see it as opaque bytes. 
 the committed version as:
 
 - ``parquet-list``: ``part-NNNNN.parquet`` per shard, ``doc_id: string``,
-  ``input_ids: list<int32>`` (zstd);
-- ``jsonl``: ``part-NNNNN.jsonl`` per shard, ``{"doc_id": ..., "input_ids": [...]}`` per line;
+  ``input_ids: list<int32>`` (zstd), then the shard's metadata columns as they are (a web
+  run's ``url``, ``date``, ``source``, ``lang``, ``lang_score``: for inspection);
+- ``jsonl``: ``part-NNNNN.jsonl`` per shard, ``{"doc_id": ..., "input_ids": [...], ...}`` per
+  line, metadata included;
 - ``hf``: a Hub-ready folder: ``data/part-NNNNN.parquet`` as above plus a ``README.md``
   dataset card whose YAML names the files, so ``datasets.load_dataset(PATH)`` or
   ``push_to_hub`` take it as it is.
@@ -49,46 +51,56 @@ class ExportSummary:
 
 
 def list_batches(data: bytes, encoding: str) -> Iterator[pa.RecordBatch]:
-    """A shard's row groups as ``doc_id`` + ``input_ids: list<int32>`` record batches."""
+    """A shard's row groups as ``doc_id`` + ``input_ids: list<int32>`` record batches, plus
+    the shard's metadata columns (any column but those two) unchanged, in the shard's order."""
     shard = pq.ParquetFile(io.BytesIO(data))
+    meta = [f for f in shard.schema_arrow if f.name not in ("doc_id", "input_ids")]
+    schema = pa.schema([*LIST_SCHEMA, *meta])
     for i in range(shard.num_row_groups):
-        table = shard.read_row_group(i, columns=["doc_id", "input_ids"])
+        table = shard.read_row_group(i)
         column = table.column("input_ids")
         lengths = tokens.lengths(column, encoding).astype(np.int64)
         values = tokens.unpack(column, encoding).astype(np.int32, copy=False)
         offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
         np.cumsum(lengths, out=offsets[1:])
         ids = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
-        yield pa.RecordBatch.from_arrays([table.column("doc_id").combine_chunks(), ids],
-                                         schema=LIST_SCHEMA)
+        extra = [table.column(f.name).combine_chunks() for f in meta]
+        yield pa.RecordBatch.from_arrays([table.column("doc_id").combine_chunks(), ids, *extra],
+                                         schema=schema)
 
 
 def _parquet(batches: Iterator[pa.RecordBatch]) -> bytes:
     sink = pa.BufferOutputStream()
-    with pq.ParquetWriter(sink, LIST_SCHEMA, compression="zstd") as writer:
-        for batch in batches:
-            writer.write_batch(batch)
+    writer: pq.ParquetWriter | None = None
+    for batch in batches:
+        if writer is None:
+            writer = pq.ParquetWriter(sink, batch.schema, compression="zstd")
+        writer.write_batch(batch)
+    if writer is None:  # a shard without rows: the bare schema
+        writer = pq.ParquetWriter(sink, LIST_SCHEMA, compression="zstd")
+    writer.close()
     return sink.getvalue().to_pybytes()
 
 
 def _jsonl(batches: Iterator[pa.RecordBatch]) -> bytes:
     out = io.StringIO()
     for batch in batches:
-        for doc_id, ids in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(),
-                               strict=True):
-            out.write(json.dumps({"doc_id": doc_id, "input_ids": ids}) + "\n")
+        for row in batch.to_pylist():
+            out.write(json.dumps(row) + "\n")
     return out.getvalue().encode("utf-8")
 
 
 def dataset_card(manifest: Manifest, files: list[str]) -> str:
     """A dataset card whose YAML config lets ``datasets.load_dataset`` find the files."""
     entries = "\n".join(f"      - {f}" for f in files)
+    meta = [f"`{c}`" for c in manifest.schema if c not in ("doc_id", "input_ids")]
+    also = f"; metadata: {', '.join(meta)}" if meta else ""
     return (
         "---\nconfigs:\n  - config_name: default\n    data_files:\n      - split: train\n"
         f"        path:\n{entries.replace('      -', '          -')}\n---\n\n"
         "# Shardflow export\n\n"
         f"Token ids of `{manifest.tokenizer.name}` (vocab {manifest.vocab_size}, EOS id "
-        f"{manifest.eos_id}), one row per document: `doc_id`, `input_ids` (list of int32).\n"
+        f"{manifest.eos_id}), one row per document: `doc_id`, `input_ids` (list of int32){also}.\n"
         f"{manifest.total_rows:,} documents, {manifest.total_tokens:,} tokens.\n")
 
 

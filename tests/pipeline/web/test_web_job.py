@@ -13,7 +13,7 @@ import pytest
 
 from pipeline.config import PipelineConfig
 from pipeline.job import run
-from storage import read_manifest, shards_of
+from storage import ReplicaSet, read_manifest, shards_of
 from tests.pipeline.web import warcs
 
 
@@ -73,6 +73,15 @@ def test_crawl_to_tokens(crawl: Path, tmp_path: Path) -> None:
     assert {r["source"].split("@")[0] for r in rows} == {"a.warc.gz", "b.warc.gz",
                                                          "c.warc.wet.gz"}
     assert next(r for r in rows if r["url"] == "https://fr.example/")["lang"] == "fr"
+
+    from pipeline.export import export  # the metadata columns travel with the tokens
+
+    export(ReplicaSet.from_urls([str(out)]), str(tmp_path / "js"), "jsonl", progress=False)
+    exported = [json.loads(line) for f in sorted((tmp_path / "js").glob("*.jsonl"))
+                for line in f.read_text().splitlines()]
+    assert [(r["url"], r["source"], r["lang"]) for r in exported] == [
+        (r["url"], r["source"], r["lang"]) for r in rows]
+    assert all(r["input_ids"] and r["lang_score"] > 0 for r in exported)
     quarantine = [json.loads(line) for q in m.quarantine
                   for line in (out / q.path).read_text().splitlines()]
     assert sorted((q["source"], q["reason"]) for q in quarantine)[0][0].startswith("a.warc.gz@")
