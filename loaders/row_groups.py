@@ -165,7 +165,8 @@ class RowGroupIndex(ProcessLocal):
             return cls(cols["tokens"], cols["first_group"], encoding,
                        Locations.from_columns(cols, digest))
         ref = manifest.index
-        if ref.bytes <= WHOLE_OBJECT_BYTES:
+        share = shared_dir is not None and ref.bytes >= shared_index.MIN_INDEX_BYTES
+        if ref.bytes <= WHOLE_OBJECT_BYTES and not share:
             # A small index comes in one GET whatever the columns: the read columns are taken
             # now from the same bytes (one round trip to the store fewer before a first batch).
             names = list(dict.fromkeys((*LOADER_PLAN_COLUMNS, *LOADER_READ_COLUMNS)))
@@ -180,7 +181,8 @@ class RowGroupIndex(ProcessLocal):
             check_counts(manifest, cols)
             return cls.arrays(cols["tokens"], cols["first_group"])
 
-        if shared_dir is not None and ref.bytes >= shared_index.MIN_INDEX_BYTES:
+        if share:
+            assert shared_dir is not None
             arrays = shared_index.shared_arrays(shared_dir, f"{ref.sha256[:16]}-starts", build)
         else:
             arrays = build()

@@ -43,3 +43,20 @@ def test_samples_from_starts_in_chunks_are_counts_and_their_prefix_sums(tokens, 
 def test_smallest_uint_holds_the_top_value() -> None:
     assert [smallest_uint(v) for v in (0, 255, 256, 65_535, 65_536, 2**32 - 1, 2**32)] == [
         np.uint8, np.uint8, np.uint16, np.uint16, np.uint32, np.uint32, np.int64]
+
+
+def test_a_small_index_gives_the_read_columns_with_the_plans(tiny_dataset: str) -> None:
+    """An index that comes in one GET is read once: the read columns are taken from the same
+    bytes at open (no second request on the first read), equal to reading them apart."""
+    from storage import ReplicaSet
+    from storage.format.index import LOADER_READ_COLUMNS
+    from storage.io.index_store import fetch_columns
+
+    store = ReplicaSet.from_urls([tiny_dataset])
+    manifest = store.read_manifest()
+    index = RowGroupIndex.open(store, manifest)
+    assert index._locations is not None  # noqa: SLF001 (what open took, before any read)
+    apart = fetch_columns(store, manifest.index, LOADER_READ_COLUMNS)
+    got = index.locations(store)
+    assert np.array_equal(got.offset, apart["offset"])
+    assert np.array_equal(got.digest, apart["digest"]) and got.paths
