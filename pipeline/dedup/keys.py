@@ -27,8 +27,8 @@ class MinHasher:
 
     Two documents with Jaccard similarity ``s`` share at least one band with probability
     ``1 - (1 - s**rows)**bands``: the defaults' 21 bands of 5 rows put the 50% point near
-    s = 0.54, so that pairs at the 0.7 threshold are nearly all (98 %) candidates; candidates are then
-    verified on the whole signature (:mod:`pipeline.dedup.verify`), whose ``perms`` values
+    s = 0.54, so that pairs at the 0.7 threshold are nearly all (98 %) candidates; those are
+    then verified on the whole signature (:mod:`pipeline.dedup.verify`), whose ``perms`` values
     may outnumber the bands' ``bands x rows`` (``rows`` 0: ``perms // bands``). The
     permutations come from a fixed seed, so every worker computes the same signatures.
 
