@@ -105,7 +105,6 @@ def test_config_errors_are_clear(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert str(bad) in _fails(capsys, "--config", str(bad))
     assert "--min-chars" in _fails(capsys, "--min-chars", "many")
     assert "--no-such-flag" in _fails(capsys, "--no-such-flag")
-    with pytest.raises(ValueError, match="MIN:MAX"):
-        config_from_argv(["--adapt", "3"])
-    with pytest.raises(ValueError, match="dedup"):
-        config_from_argv(["--dedup", "fuzzy"])
+    # the config's own checks (__post_init__) also end in one line, not a traceback
+    assert "MIN:MAX" in _fails(capsys, "--adapt", "3")
+    assert "dedup" in _fails(capsys, "--dedup", "fuzzy")
