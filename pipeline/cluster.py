@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Iterator
 
 import dask
@@ -77,6 +78,31 @@ QUIET_HOUSEKEEPING = {
 LIVENESS = {"distributed.scheduler.worker-ttl": WORKER_TTL}
 
 
+#: what a Nanny writes into its *parent's* ``os.environ`` before it spawns a worker (the
+#: pre-spawn variables, and PYTHONHASHSEED when unset); :func:`_environ_kept` puts them back
+NANNY_WRITES = (*NANNY_PRE_SPAWN_ENVIRON, "MALLOC_TRIM_THRESHOLD_", "PYTHONHASHSEED")
+
+
+@contextlib.contextmanager
+def _environ_kept(names: tuple[str, ...]) -> Iterator[None]:
+    """Restore ``names`` in this process's environment on exit.
+
+    Dask's Nanny applies the pre-spawn environment with ``os.environ.update`` in the process
+    that starts the cluster, so without this a ``pipeline.job.run`` inside a user's program
+    (a notebook, a training script) would leave ``OMP_NUM_THREADS=1`` and a fixed
+    ``PYTHONHASHSEED`` in it for good, and every subprocess it started afterwards would
+    inherit them."""
+    before = {name: os.environ.get(name) for name in names}
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 @contextlib.contextmanager
 def dask_client(n_workers: int, scheduler: str | None = None,
                 dashboard_address: str = "127.0.0.1:8787", tokenizer_threads: int = 1,
@@ -96,7 +122,7 @@ def dask_client(n_workers: int, scheduler: str | None = None,
         return
     logging.getLogger("distributed").setLevel(logging.WARNING)
     start = max(adapt[0], 1) if adapt else n_workers
-    with dask.config.set({**QUIET_HOUSEKEEPING, **LIVENESS}), \
+    with _environ_kept(NANNY_WRITES), dask.config.set({**QUIET_HOUSEKEEPING, **LIVENESS}), \
             LocalCluster(n_workers=start, threads_per_worker=1, processes=True,
                          host="127.0.0.1", dashboard_address=dashboard_address,
                          worker_dashboard_address=None, env=worker_env(tokenizer_threads),

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 
 import dask
+import pytest
 
-from pipeline.cluster import QUIET_HOUSEKEEPING, dask_client
+from pipeline.cluster import NANNY_WRITES, QUIET_HOUSEKEEPING, dask_client
 
 
 def _worker_view() -> dict[str, object]:
@@ -18,7 +19,15 @@ def _worker_view() -> dict[str, object]:
             "omp": os.environ.get("OMP_NUM_THREADS")}
 
 
-def test_workers_get_the_quiet_housekeeping_and_tokenizer_pool_settings() -> None:
+def test_workers_get_the_quiet_housekeeping_and_tokenizer_pool_settings(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Dask's Nanny writes its pre-spawn variables into the *parent's* os.environ, so any
+    # cluster started with Dask's defaults earlier in this test process leaves
+    # MALLOC_TRIM_THRESHOLD_ behind for every later child: start from a clean environment.
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("PYTHONHASHSEED", "123")
+    before = {k: os.environ.get(k) for k in NANNY_WRITES}
     with dask_client(2, dashboard_address="127.0.0.1:0", tokenizer_threads=1) as client:
         views = client.run(_worker_view)
         scheduler = client.run_on_scheduler(lambda: dask.config.get("distributed.admin.tick."
@@ -31,6 +40,8 @@ def test_workers_get_the_quiet_housekeeping_and_tokenizer_pool_settings() -> Non
                         "parallel": "true",
                         "malloc_trim": None, "omp": "1"}
     assert scheduler == QUIET_HOUSEKEEPING["distributed.admin.tick.interval"]
+    # the caller's own environment is left as it was (the Nanny writes into it)
+    assert {k: os.environ.get(k) for k in NANNY_WRITES} == before
     assert link.startswith("http://127.0.0.1:")
     # only while the cluster runs: the caller's own configuration is left as it was
     assert dask.config.get("distributed.worker.profile.interval") != \
