@@ -189,6 +189,7 @@ class Heartbeat:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._published_io = True
+        self._publish_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="shardflow-heartbeat",
                                         daemon=True)
 
@@ -196,15 +197,21 @@ class Heartbeat:
 
     def beat(self, phase: str, step: int | None = None) -> None:
         """Progress: called by the training thread at phase boundaries. Cheap (no I/O): the
-        sidecar publishes it at its next tick, or at once when the phase's limit changes (so
-        that a rank frozen right after a checkpoint is not judged by the I/O limit, nor one
-        frozen in a save by the short one)."""
+        sidecar publishes it at its next tick. When the phase's limit changes (into or out of
+        a save, a load, the first step) this thread publishes it itself, before it goes on:
+        left to the sidecar, a rank frozen right after a checkpoint (before the sidecar got
+        the GIL, as on a loaded host) was judged by the long I/O limit (30 s instead of 5 s
+        in a CI run of tests/trainer/test_hang.py). A store error here is left to the
+        sidecar, which handles a store that hangs or is gone."""
         self.phase = phase
         if step is not None:
             self.step = step
         self.seq += 1
         if (phase in IO_PHASES) != self._published_io:
-            self._wake.set()
+            try:
+                self._publish()
+            except Exception:  # noqa: BLE001 - the sidecar retries and judges the store
+                self._wake.set()
 
     def start(self) -> Heartbeat:
         # SIGUSR1 dumps every thread's stack to stderr, in C (works while the main thread is
@@ -231,10 +238,12 @@ class Heartbeat:
     # --- sidecar thread --------------------------------------------------------------------
 
     def _publish(self) -> None:
-        self.tick += 1
-        b = Beat(self.rank, self.seq, self.tick, self.phase, self.step, self.host, self.pid)
-        self._published_io = b.phase in IO_PHASES
-        self.store.set(f"hb/{self.rank}", b.dumps())
+        with self._publish_lock:  # the training thread publishes limit changes itself
+            self.tick += 1
+            b = Beat(self.rank, self.seq, self.tick, self.phase, self.step, self.host,
+                     self.pid)
+            self._published_io = b.phase in IO_PHASES
+            self.store.set(f"hb/{self.rank}", b.dumps())
 
     def _run(self) -> None:
         while not self._stop.is_set():
