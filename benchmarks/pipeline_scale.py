@@ -240,6 +240,8 @@ def measure(input_tb: float, files: int, task_ms: float, max_tasks: int) -> dict
             "input_tb": input_tb, "files": files, "partitions": len(plan),
             "partition_bytes": part_bytes, "tasks_run": run, "task_ms": task_ms,
             "table_mb": round(table.nbytes() / 2**20, 1), "ledgers": ledger.written,
+            # the table's temporary files (its columns past filetable.SPILL_ROWS rows)
+            "table_spill_mb": round(table.spill_bytes() / 2**20, 1),
             "driver_peak_rss_mb": round(rss["driver"] / 2**20, 1),
             "scheduler_peak_rss_mb": round(rss["scheduler"] / 2**20, 1),
             "max_live_tasks": window.max_live,

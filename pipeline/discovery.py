@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from fsspec.utils import glob_translate
 
 from pipeline.filetable import (
@@ -267,7 +266,7 @@ def discover_table(inputs: list[str], storage_options: dict[str, Any] | None = N
         for urls, sizes, versions in read_inputs_from(inputs_from, storage_options):
             builder.add_page(urls, sizes, versions, *_page_codes(urls, codes))
     table = builder.finish()
-    parquet = np.flatnonzero(table.formats == FORMAT_CODES.index("parquet"))
+    parquet = table.indices_of_format(FORMAT_CODES.index("parquet"))  # a chunk at a time
     if len(parquet):
         def row_groups(i: int) -> tuple[int, ...]:
             loc = resolve(table.url(i), storage_options)

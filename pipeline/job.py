@@ -441,7 +441,7 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: Lease, log: TextIO,
     total_bytes = files.total_bytes
     if not cfg.partition_bytes:  # resolved here, so the manifest records the size used
         cfg = replace(cfg, partition_bytes=auto_partition_bytes(total_bytes))
-    if (files.formats == FORMAT_CODES.index("warc")).any():  # the web steps and columns
+    if files.any_format(FORMAT_CODES.index("warc")):  # the web steps and columns
         cfg = replace(cfg, web_inputs=True)
     plan = PartitionPlan(files, cfg.partition_bytes)
     # A dataset already committed at the output stays readable, untouched, until the commit
@@ -449,6 +449,8 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: Lease, log: TextIO,
     where = " + ".join(display_url(r.loc.url) for r in store.replicas)
     print(f"shardflow: {len(files)} files, {total_bytes:,} bytes -> {len(plan)} partitions "
           f"-> {where}", file=log)
+    if files.spilled:  # past filetable.SPILL_ROWS files: the table's size and where it is
+        print(f"shardflow: {files.spill_note()}", file=log)
     empty = tuple(display_url(u) for u in files.empty_urls()[1])
     if empty:
         print(f"shardflow: {len(empty)} empty input files (0 bytes): "

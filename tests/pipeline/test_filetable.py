@@ -3,8 +3,14 @@ list-of-objects forms they replace, whatever the listing's page sizes and order.
 
 from __future__ import annotations
 
+import gc
+import os
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,11 +27,12 @@ _row = st.tuples(_names, st.sampled_from(["jsonl", "txt", "csv", "parquet"]),
                  st.lists(st.integers(1, 900), max_size=5))
 
 
-def _build(rows: list, page: int) -> tuple[list[InputFile], object]:
+def _build(rows: list, page: int, **builder: int) -> tuple[list[InputFile], object]:
     """The table from ``rows`` in pages of ``page``, and the files the old code would list
-    (sorted by URL, first of equal URLs kept)."""
+    (sorted by URL, first of equal URLs kept). ``builder``: TableBuilder's spill_rows and
+    chunk_rows."""
     files: dict[str, InputFile] = {}
-    b = TableBuilder()
+    b = TableBuilder(**builder)
     for lo in range(0, len(rows), page):
         chunk = rows[lo:lo + page]
         urls = [f"s3://bkt/{name}.{fmt}" for name, fmt, *_ in chunk]
@@ -160,3 +167,177 @@ def test_page_codes_are_each_names_format(names: list, one_folder: bool) -> None
     for page in (urls, sorted(urls)):
         fmts, comps = _page_codes(page, {})
         assert list(zip(fmts, comps, strict=True)) == [want[u] for u in page]
+
+
+# --- spilled tables: the columns in temporary files, read back a chunk at a time ---------
+
+
+def _columns(table) -> tuple:  # type: ignore[no-untyped-def]
+    return (table.sizes[:].tolist(), table.formats[:].tolist(),
+            table.compressions[:].tolist())
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_row, max_size=40), st.integers(1, 7), st.integers(0, 12), st.integers(1, 5),
+       st.data())
+def test_a_spilled_table_holds_the_same_rows(rows: list, page: int, spill_rows: int,
+                                             chunk_rows: int, data: st.DataObject) -> None:
+    """Past ``spill_rows`` the columns go to temporary files (sorted or not, so the re-sort
+    of an unsorted listing is covered); every row, column slice and scan is the in-memory
+    table's, read in any order across chunk boundaries."""
+    expect, held = _build(rows, page, spill_rows=10**9)
+    _, spilled = _build(rows, page, spill_rows=spill_rows, chunk_rows=chunk_rows)
+    assert not held.spilled  # type: ignore[attr-defined]
+    assert spilled.spilled == (len(expect) > spill_rows)  # type: ignore[attr-defined]
+    n = len(expect)
+    order = data.draw(st.permutations(range(n)))
+    assert [spilled[i] for i in order] == [expect[i] for i in order]  # type: ignore[index]
+    assert list(spilled) == expect  # type: ignore[call-overload]
+    assert _columns(spilled) == _columns(held)
+    for col in ("sizes", "formats", "compressions"):
+        a, b = getattr(held, col), getattr(spilled, col)
+        assert len(b) == n
+        lo, hi = data.draw(st.integers(-n - 2, n + 2)), data.draw(st.integers(-n - 2, n + 2))
+        step = data.draw(st.sampled_from([1, 1, 2, 3, -1, -2]))
+        got = b[lo:hi:step]
+        assert isinstance(got, np.ndarray) and got.dtype == a.dtype
+        assert got.tolist() == a[lo:hi:step].tolist()
+        if n:
+            i = data.draw(st.integers(-n, n - 1))
+            assert b[i] == a[i] and b[np.int64(i)] == a[i]
+        with pytest.raises(IndexError):
+            b[n]
+    t, h = spilled, held
+    assert t.total_bytes == h.total_bytes == sum(f.size for f in expect)  # type: ignore[attr-defined]
+    limit = data.draw(st.one_of(st.none(), st.integers(0, 5)))
+    assert t.empty_urls(limit) == h.empty_urls(limit)  # type: ignore[attr-defined]
+    for code in range(len(FORMAT_CODES)):
+        assert t.any_format(code) == any(f.fmt == FORMAT_CODES[code] for f in expect)  # type: ignore[attr-defined]
+        assert t.indices_of_format(code).tolist() == [  # type: ignore[attr-defined]
+            i for i, f in enumerate(expect) if f.fmt == FORMAT_CODES[code]]
+    t.close()  # type: ignore[attr-defined]
+    assert t.spill_bytes() == 0  # type: ignore[attr-defined]
+
+
+def test_slices_across_chunk_boundaries_and_plan_on_a_spilled_table() -> None:
+    """A spilled table of 1,000 files read back 7 rows at a time: every slice of the columns
+    (within a chunk, across several, at the ends), URLs in and out of order, and a
+    PartitionPlan over it equal to the in-memory table's."""
+    n, page = 1000, 64
+
+    def build(**kw: int):  # type: ignore[no-untyped-def]
+        b = TableBuilder(**kw)
+        for lo in range(0, n, page):
+            idx = range(lo, min(n, lo + page))
+            b.add_page([f"s3://b/d{i // 300}/f{i:05d}{'é' if i % 11 == 0 else ''}.txt"
+                        for i in idx], [i * 37 % 1000 for i in idx],
+                       [f"{i * 37 % 1000}:e{i % 5}" for i in idx],
+                       [i % len(FORMAT_CODES) if i % len(FORMAT_CODES) != 3 else 1
+                        for i in idx], [i % 3 for i in idx])
+        return b.finish()
+
+    held, table = build(spill_rows=10**9), build(spill_rows=100, chunk_rows=7)
+    assert table.spilled and not held.spilled
+    assert table.spill_bytes() >= n * (8 + 1 + 1 + 8 + 8)  # the columns and two offsets
+    for lo, hi in [(0, 7), (6, 8), (7, 14), (3, 52), (0, n), (993, n), (999, 1200), (500, 500),
+                   (-20, -3), (13, 6)]:
+        for col in ("sizes", "formats", "compressions"):
+            assert getattr(table, col)[lo:hi].tolist() == getattr(held, col)[lo:hi].tolist()
+    for i in [999, 0, 6, 7, 500, 13, 14, 998]:
+        assert table.url(i) == held.url(i) and table.version(i) == held.version(i)
+    assert table.url_list()[5:30] == held.url_list()[5:30]
+    assert PartitionPlan(table, 300)[:] == PartitionPlan(held, 300)[:]
+    assert PartitionPlan(table, 300).keys("s")[:] == PartitionPlan(held, 300).keys("s")[:]
+
+
+def _spill_fds(folder: Path) -> list[str]:
+    """This process's open files that live (or lived: unlinked) in ``folder``."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(folder)):
+            out.append(target)
+    return out
+
+
+def test_the_spill_files_live_in_tmpdir_and_go_with_the_table(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The temporary files are made in TMPDIR, without a name there (nothing is left in the
+    folder whatever ends the process), and are freed by close() or by collecting the
+    table; reading a closed table fails."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+
+    def build(rows: int):  # type: ignore[no-untyped-def]
+        b = TableBuilder(spill_rows=10, chunk_rows=4)
+        b.add_page([f"/d/f{i:03d}.jsonl" for i in range(rows)], list(range(rows)), None,
+                   [0] * rows, [0] * rows, tags=["t"] * rows)
+        return b.finish()
+
+    table = build(50)
+    assert table.spilled and table.spill_bytes() > 50 * 10
+    assert _spill_fds(tmp_path) and os.listdir(tmp_path) == []
+    assert f"MB in temporary files under {tmp_path} (read back 4 rows" in table.spill_note()
+    assert table.url(49) == "/d/f049.jsonl"
+    table.close()
+    assert _spill_fds(tmp_path) == [] and table.spill_bytes() == 0
+    with pytest.raises((OSError, ValueError)):
+        table.url(3)
+    with build(50) as again:
+        assert again.total_bytes == sum(range(50)) and _spill_fds(tmp_path)
+    assert _spill_fds(tmp_path) == []
+    collected = build(50)
+    assert _spill_fds(tmp_path)
+    del collected
+    gc.collect()
+    assert _spill_fds(tmp_path) == []
+    small = build(10)  # at the threshold: in memory, no file
+    assert not small.spilled and small.spill_bytes() == 0 and _spill_fds(tmp_path) == []
+
+
+_RSS_CHILD = """
+import sys, time
+sys.path.insert(0, {root!r})
+from pipeline.filetable import TableBuilder
+
+def hwm(key):
+    return int([ln for ln in open("/proc/self/status") if ln.startswith(key)][0].split()[1])
+
+rows, spill = int(sys.argv[1]), sys.argv[2] == "spill"
+b = TableBuilder(spill_rows=4096 if spill else 10**12)
+urls = ["s3://bucket/corpus/2024/f%09d.jsonl" % i for i in range(1000)]  # one page, warm
+b.add_page(urls, [7] * 1000, None, [0] * 1000, [0] * 1000, tags=["17"] * 1000)
+start = hwm("VmRSS:")
+for lo in range(1000, rows, 1000):
+    urls = ["s3://bucket/corpus/2024/f%09d.jsonl" % i for i in range(lo, lo + 1000)]
+    b.add_page(urls, [7] * 1000, None, [0] * 1000, [0] * 1000, tags=["17"] * 1000)
+t = b.finish()
+assert t.total_bytes == 7 * rows and t.url(rows - 1).endswith("%09d.jsonl" % (rows - 1))
+for i in range(0, rows, 97):  # a pass over the whole table, as a rerun's planning makes
+    t.url(i), t.version(i), t.sizes[i]
+print(t.spilled, (hwm("VmHWM:") - start) / 1024, t.nbytes() / 2**20, t.spill_bytes() / 2**20)
+"""
+
+
+def test_a_spilled_table_does_not_grow_the_process() -> None:
+    """Fresh processes fill a table of 0.5 M and 2 M files and read it through: held in
+    memory, 2 M files grow the peak RSS by about the table's size (~45 MB); spilled, by a few
+    chunks (~5 MB), the same at 0.5 M and 2 M files."""
+    root = str(Path(__file__).resolve().parents[2])
+    runs = [(500_000, "spill"), (2_000_000, "spill"), (2_000_000, "memory")]
+    procs = [subprocess.Popen([sys.executable, "-c", _RSS_CHILD.format(root=root), str(rows),
+                               mode], stdout=subprocess.PIPE, text=True) for rows, mode in runs]
+    out = []
+    for (rows, mode), proc in zip(runs, procs, strict=True):
+        stdout, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, (rows, mode, stdout)
+        spilled, growth, table_mb, spill_mb = stdout.split()
+        assert spilled == str(mode == "spill")
+        out.append((float(growth), float(table_mb), float(spill_mb)))
+    (small, _, _), (big, table_mb, spill_mb), (held, _, _) = out
+    assert table_mb > 40 and spill_mb >= table_mb, out  # the table is on disk, not here
+    assert held > 30, out  # the measurement sees a table held in memory
+    assert big < 12 and big - small < 3, out  # spilled: O(chunk), not O(files)
