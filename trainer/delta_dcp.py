@@ -12,7 +12,12 @@ into the chunk a full save would have held, bit for bit:
   the same fully-qualified name, offset, shape and dtype in the base (read from the base's
   files, which are plain DCP: ``torch.load(weights_only=True)`` of the chunk); a chunk the
   base lacks is stored whole (``raw``);
-* reading: a record of kind ``same``/``xor`` reads the same chunk from the base.
+* reading: a record of kind ``same``/``sub``/``xor``/``bf16`` reads the same chunk from the
+  base, a ``same-value`` record the same non-tensor value.
+
+``moments="bf16"`` (opt-in, LOSSY) stores the changed chunks of AdamW's moments
+(``...exp_avg``, ``...exp_avg_sq``, float32) rounded to bfloat16; weights and everything else
+stay exact, and the base (a full checkpoint) is always exact.
 
 The base's files are untrusted input like the delta's: its ``.metadata`` goes through
 :func:`trainer.safe_metadata.load_metadata`, its chunks through ``weights_only=True`` and
@@ -40,8 +45,8 @@ from torch.distributed.checkpoint.storage import WriteResult
 
 from storage import Location
 from trainer.delta import (
-    SAME,
-    XOR,
+    BASED,
+    SAME_VALUE,
     DeltaError,
     decode_bytes,
     decode_tensor,
@@ -54,6 +59,9 @@ from trainer.safe_metadata import load_metadata, read_capped
 SUFFIX = ".sfdelta"
 #: Largest non-tensor value (optimizer hyper-parameters) a record may hold.
 MAX_VALUE_BYTES = 16 << 20
+#: Delta codecs for AdamW's moments: exact (lossless) or rounded to bfloat16 (lossy).
+MOMENT_CODECS = ("exact", "bf16")
+MOMENT_SUFFIXES = (".exp_avg", ".exp_avg_sq")
 #: torch.save's zip wrapping around a chunk's bytes (headers, the pickle, alignment).
 _ZIP_SLACK = 1 << 20
 
@@ -133,6 +141,23 @@ class BaseCheckpoint:
                              f"{dtype} {tuple(sizes)} its metadata says")
         return tensor_bytes(t)
 
+    def value(self, index: MetadataIndex) -> bytes | None:
+        """A non-tensor value's bytes as the base stored them (DCP's ``BYTE_IO``), or None."""
+        md = self.metadata.state_dict_metadata.get(index.fqn)
+        info = (self.metadata.storage_data or {}).get(index)
+        if md is None or isinstance(md, TensorStorageMetadata) or info is None \
+                or getattr(info, "transform_descriptors", None):
+            return None
+        if info.length > MAX_VALUE_BYTES:
+            return None
+        f = self._files.get(info.relative_path)
+        if f is None:
+            f = self._files[info.relative_path] = self.loc.fs.open(
+                self.loc.path(info.relative_path), "rb")
+        f.seek(info.offset)
+        blob = f.read(info.length)
+        return blob if len(blob) == info.length else None
+
     def close(self) -> None:
         for f in self._files.values():
             f.close()
@@ -145,6 +170,7 @@ class _DeltaWriterMixin:
     fs: Any
     path: Any
     base: BaseCheckpoint | None
+    moments: str = "exact"
 
     def write_data(self, plan: Any, planner: Any) -> torch.futures.Future[list[WriteResult]]:
         name = f"{plan.storage_data.prefix}0{SUFFIX}"
@@ -155,12 +181,16 @@ class _DeltaWriterMixin:
                 for item in plan.items:
                     data = planner.resolve_data(item)
                     if item.type == WriteItemType.BYTE_IO:
-                        record = encode_bytes(data.getbuffer())
+                        record = encode_bytes(data.getbuffer(), self.base.value(item.index)
+                                              if self.base is not None else None)
                     else:
                         t = data.detach().cpu()
                         base = self.base.chunk(item.index, t.dtype, t.shape) \
                             if self.base is not None else None
-                        record = encode_tensor(tensor_bytes(t), base, t.element_size())
+                        lossy = self.moments == "bf16" and t.dtype == torch.float32 \
+                            and item.index.fqn.endswith(MOMENT_SUFFIXES)
+                        record = encode_tensor(tensor_bytes(t), base, t.element_size(),
+                                               bf16=lossy)
                     stream.write(record)
                     results.append(WriteResult(
                         index=item.index, size_in_bytes=len(record),
@@ -210,7 +240,12 @@ class _DeltaReaderMixin:
                                              f"{info.length} bytes at {info.offset})")
                         where = f"{source} ({req.storage_index.fqn!r})"
                         if req.type == LoadItemType.BYTE_IO:
-                            value = decode_bytes(record, where, MAX_VALUE_BYTES)
+                            base_value = None
+                            if parse(record, where).kind == SAME_VALUE:
+                                if base is None:
+                                    base = BaseCheckpoint(self.base_loc)
+                                base_value = base.value(req.storage_index)
+                            value = decode_bytes(record, where, MAX_VALUE_BYTES, base_value)
                             planner.load_bytes(req, io.BytesIO(value))
                             continue
                         shape = _chunk_shape(self._metadata, req.storage_index, where)
@@ -221,7 +256,7 @@ class _DeltaReaderMixin:
                         itemsize = torch.empty((), dtype=dtype).element_size()
                         expected = int(np.prod(sizes, dtype=np.int64)) * itemsize
                         base_raw = None
-                        if parse(record, where).kind in (SAME, XOR):
+                        if parse(record, where).kind in BASED:
                             if base is None:
                                 base = BaseCheckpoint(self.base_loc)
                             base_raw = base.chunk(req.storage_index, dtype, sizes)
@@ -244,9 +279,12 @@ class _DeltaReaderMixin:
 
 
 def delta_writer(loc: Location, url: str, base: Location | None,
-                 fsspec_options: dict[str, Any]) -> Any:
+                 fsspec_options: dict[str, Any], moments: str = "exact") -> Any:
     """A DCP storage writer of delta records (``base=None``: every chunk ``raw``, the full
-    state compressed with the delta's own codec)."""
+    state compressed with the delta's own codec). ``moments``: one of
+    :data:`MOMENT_CODECS` ("bf16": AdamW's moments rounded to bfloat16, lossy)."""
+    if moments not in MOMENT_CODECS:
+        raise ValueError(f"moments must be one of {MOMENT_CODECS}, got {moments!r}")
     if loc.is_local:
         cls: type = type("DeltaFileSystemWriter", (_DeltaWriterMixin, dcp.FileSystemWriter), {})
         writer = cls(url, single_file_per_rank=True)
@@ -256,6 +294,7 @@ def delta_writer(loc: Location, url: str, base: Location | None,
         cls = type("DeltaFsspecWriter", (_DeltaWriterMixin, FsspecWriter), {})
         writer = cls(url, single_file_per_rank=True, **fsspec_options)
     writer.base = BaseCheckpoint(base) if base is not None else None
+    writer.moments = moments
     return writer
 
 

@@ -8,9 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainer.delta import (
+    BF16,
     HEADER,
     RAW,
     SAME,
+    SAME_VALUE,
+    SUB,
     XOR,
     DeltaError,
     Entry,
@@ -21,6 +24,7 @@ from trainer.delta import (
     join_planes,
     next_base,
     parse,
+    round_bf16,
     split_planes,
     to_remove,
 )
@@ -55,7 +59,49 @@ def test_records_round_trip_bit_for_bit(case: tuple[bytes, bytes | None, int]) -
     elif base == new:
         assert kind == SAME and len(record) == HEADER.size  # written once: no payload
     else:
-        assert kind == XOR
+        assert kind == SUB
+
+
+@given(chunks())
+def test_xor_records_of_the_first_codec_still_decode(case: tuple[bytes, bytes | None, int]
+                                                     ) -> None:
+    import zstandard
+
+    new, base, itemsize = case
+    if base is None:
+        return
+    x = np.bitwise_xor(np.frombuffer(new, np.uint8), np.frombuffer(base, np.uint8))
+    payload = zstandard.ZstdCompressor().compress(split_planes(x, itemsize))
+    record = HEADER.pack(b"SFD1", XOR, itemsize, 0, len(new), len(payload)) + payload
+    assert decode_tensor(record, base, len(new), itemsize, "old").tobytes() == new
+
+
+FLOATS = st.floats(width=32, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(FLOATS, FLOATS), max_size=64))
+def test_bf16_records_decode_to_the_rounded_chunk_and_only_when_asked(
+        pairs: list[tuple[float, float]]) -> None:
+    import torch
+
+    new = np.array([a for a, _ in pairs], dtype=np.float32)
+    base = np.array([b for _, b in pairs], dtype=np.float32)
+    record = encode_tensor(new.tobytes(), base.tobytes(), 4, bf16=True)
+    out = decode_tensor(record, base.tobytes(), new.nbytes, 4, "m").view(np.float32)
+    if np.array_equal(new.view(np.uint32), base.view(np.uint32)):
+        assert parse(record, "m").kind == SAME
+        assert out.tobytes() == new.tobytes()
+    else:
+        assert parse(record, "m").kind == BF16
+        want = torch.from_numpy(new.copy()).to(torch.bfloat16).float().numpy()
+        assert out.tobytes() == want.tobytes()  # torch's rounding, bit for bit
+        assert round_bf16(new.view(np.uint8)).tobytes() == \
+            torch.from_numpy(new.copy()).to(torch.bfloat16).view(torch.int16).numpy().tobytes()
+    # never without the flag, and never for other element sizes
+    assert parse(encode_tensor(new.tobytes(), base.tobytes(), 4), "m").kind in (SAME, SUB)
+    assert parse(encode_tensor(new.tobytes(), base.tobytes(), 2, bf16=True), "m").kind \
+        in (SAME, SUB)
 
 
 @given(st.binary(max_size=200), ITEMSIZES)
@@ -63,9 +109,14 @@ def test_planes_invert(data: bytes, itemsize: int) -> None:
     assert join_planes(split_planes(data, itemsize), itemsize).tobytes() == data
 
 
-@given(st.binary(max_size=100))
-def test_value_records_round_trip(value: bytes) -> None:
-    assert decode_bytes(encode_bytes(value), "v", cap=1000) == value
+@given(st.binary(max_size=100), st.one_of(st.none(), st.binary(max_size=100)))
+def test_value_records_round_trip(value: bytes, base: bytes | None) -> None:
+    record = encode_bytes(value, base)
+    assert decode_bytes(record, "v", cap=1000, base=base) == value
+    if value == base:  # unchanged since the base (hyper-parameters): written once
+        assert parse(record, "v").kind == SAME_VALUE and len(record) == HEADER.size
+        with pytest.raises(DeltaError, match="same-value"):
+            decode_bytes(record, "v", cap=1000, base=None)
 
 
 def test_small_updates_compress_far_below_the_raw_chunk() -> None:
