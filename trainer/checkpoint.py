@@ -12,8 +12,10 @@ scheduler) and gets them back. One checkpoint is a directory::
 
 With ``full_every=K`` > 1, every K-th save is full and those in between are *deltas* against
 the last full one (:mod:`trainer.delta`, :mod:`trainer.delta_dcp`): their tensors are
-``__<rank>_0.sfdelta`` records (XOR against the base's chunk, byte planes, zstd; unchanged
-chunks such as frozen parameters take no payload) and ``delta.json`` names the base. Loading
+``__<rank>_0.sfdelta`` records (the integer difference against the base's chunk, byte planes,
+zstd; unchanged chunks such as frozen parameters, and unchanged hyper-parameters, take no
+payload) and ``delta.json`` names the base. ``delta_moments="bf16"`` (opt-in, lossy) stores
+AdamW's moments in deltas rounded to bfloat16 (``delta.json`` then says so). Loading
 a delta reads the base's chunks under it and gives bitwise what a full save would have;
 pruning keeps a full checkpoint while a kept delta needs it.
 
@@ -61,7 +63,7 @@ from trainer.checkpoint_files import (
     read_json,
 )
 from trainer.delta import DeltaError, Entry, next_base, to_remove
-from trainer.delta_dcp import delta_reader, delta_writer
+from trainer.delta_dcp import MOMENT_CODECS, delta_reader, delta_writer
 from trainer.safe_metadata import UnsafeCheckpointError, load_metadata, read_capped
 
 FORMAT_VERSION = 1
@@ -288,12 +290,17 @@ class Checkpointer:
 
     def __init__(self, url: str, *, keep: int = 3,
                  storage_options: dict[str, Any] | None = None,
-                 async_save: bool = False, full_every: int = 1) -> None:
+                 async_save: bool = False, full_every: int = 1,
+                 delta_moments: str = "exact") -> None:
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
         if full_every < 1:
             raise ValueError(f"full_every must be >= 1, got {full_every}")
+        if delta_moments not in MOMENT_CODECS:
+            raise ValueError(f"delta_moments must be one of {MOMENT_CODECS}, "
+                             f"got {delta_moments!r}")
         self.full_every = full_every
+        self.delta_moments = delta_moments
         self.loc = resolve(url, storage_options)
         self.url = self.loc.url
         self.storage_options = storage_options
@@ -334,12 +341,14 @@ class Checkpointer:
         state_dict = {"model": model_sd, "optim": optim_sd}
         if base is not None:
             if rank == 0:
-                self._write_json(f"{name}/{DELTA_MANIFEST}",
-                                 {"format": FORMAT_VERSION, "base": step_dir_name(base[0]),
-                                  "index": base[1]})
+                manifest = {"format": FORMAT_VERSION, "base": step_dir_name(base[0]),
+                            "index": base[1]}
+                if self.delta_moments != "exact":  # lossy: said where a reader can see it
+                    manifest["moments"] = self.delta_moments
+                self._write_json(f"{name}/{DELTA_MANIFEST}", manifest)
             writer = delta_writer(self.loc, url, resolve(self.loc.child_url(
                 step_dir_name(base[0])), self.storage_options),
-                _fsspec_options(url, self.storage_options))
+                _fsspec_options(url, self.storage_options), moments=self.delta_moments)
         else:
             writer = _storage_writer(self.loc, url, self.storage_options)
         if self.async_save:

@@ -162,7 +162,8 @@ def train(
         checkpointer = Checkpointer(cfg.checkpoint_dir, keep=cfg.keep,
                                     storage_options=cfg.checkpoint_storage_options,
                                     async_save=cfg.async_checkpoint,
-                                    full_every=cfg.full_every)
+                                    full_every=cfg.full_every,
+                                    delta_moments=cfg.delta_moments)
     resume_from = resume_target(cfg, checkpointer)
     start_step = 1
     if resume_from is not None:

@@ -111,10 +111,46 @@ def test_frozen_parameters_are_written_once(tmp_path: Path) -> None:
     frozen = [k for k in lengths if k.startswith(("model.tok_emb", "model.pos_emb",
                                                    "model.layers.0."))]
     assert frozen and all(lengths[k] == HEADER.size for k in frozen), lengths
+    # the optimizer's hyper-parameters did not change either: written once too
+    groups = [k for k in lengths if k.startswith("optim.param_groups.")]
+    assert groups and all(lengths[k] == HEADER.size for k in groups), lengths
     full = next((tmp_path / "step-00000001").glob("*.distcp")).stat().st_size
     delta = sum(p.stat().st_size for p in (tmp_path / "step-00000003").glob("*.sfdelta"))
     assert delta < full / 2, (delta, full)
     assert_bitwise(loaded(str(tmp_path / "step-00000003"), freeze=True), state(model, opt))
+
+
+def test_bf16_moments_are_opt_in_lossy_for_the_moments_only(tmp_path: Path) -> None:
+    model, opt = make()
+    exact = Checkpointer(str(tmp_path / "exact"), keep=5, full_every=4)
+    lossy = Checkpointer(str(tmp_path / "lossy"), keep=5, full_every=4, delta_moments="bf16")
+    train(model, opt, 2, seed=1)
+    exact.save(2, model, opt, {})
+    lossy.save(2, model, opt, {})
+    train(model, opt, 3, seed=2)
+    live = {k: v.clone() for k, v in state(model, opt).items()}
+    exact.save(5, model, opt, {})
+    lossy.save(5, model, opt, {})
+    d = tmp_path / "lossy" / "step-00000005"
+    assert json.loads((d / "delta.json").read_text())["moments"] == "bf16"
+    assert "moments" not in json.loads(
+        (tmp_path / "exact" / "step-00000005" / "delta.json").read_text())
+    restored = loaded(str(d))
+    moments = [k for k in live if k.endswith(("exp_avg", "exp_avg_sq"))]
+    assert moments
+    # the moments: torch's bfloat16 rounding of the trained ones, bit for bit
+    assert_bitwise({k: restored[k] for k in moments},
+                   {k: live[k].to(torch.bfloat16).float() for k in moments})
+    # everything else (weights, steps): exact; the base (a full checkpoint) exact too
+    assert_bitwise({k: restored[k] for k in live if k not in moments},
+                   {k: live[k] for k in live if k not in moments})
+    assert_bitwise(loaded(str(tmp_path / "lossy" / "step-00000002")),
+                   loaded(str(tmp_path / "exact" / "step-00000002")))
+    size = {name: sum(p.stat().st_size for p in (tmp_path / name / "step-00000005").glob(
+        "*.sfdelta")) for name in ("exact", "lossy")}
+    assert size["lossy"] < 0.8 * size["exact"], size
+    with pytest.raises(ValueError, match="delta_moments"):
+        Checkpointer(str(tmp_path / "x"), delta_moments="fp8")
 
 
 def test_torn_or_hostile_deltas_fail_clearly_and_the_last_valid_state_loads(
