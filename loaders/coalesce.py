@@ -99,6 +99,15 @@ def plan_units(order: list[int], shard_of: np.ndarray, offset: np.ndarray,
     return [u for u in units if u is not None]
 
 
+def _median(values: list[float]) -> float:
+    """The median, as ``np.median`` gives it, without its imports: ``np.median`` imports
+    ``numpy.ma`` (~10 ms, on the caller's thread, in the first batches from a remote store)
+    and ``statistics`` imports ``fractions``, ``decimal`` and ``random``."""
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 class AdaptiveWindow:
     """The coalescing window of a reader from a remote store, grown while the store keeps up.
 
@@ -138,9 +147,9 @@ class AdaptiveWindow:
         self._seen[level].append(max(seconds, 1e-9) / nbytes)
         if self.frozen or level != self.level or len(self._seen[level]) < GROWTH_SAMPLES:
             return
-        here = float(np.median(self._seen[level]))
+        here = _median(self._seen[level])
         below = self._seen.get(level - 1)
-        if below and here > GROWTH_TOLERANCE * float(np.median(below)):
+        if below and here > GROWTH_TOLERANCE * _median(below):
             self.level -= 1  # larger requests cost more per byte: the store did not keep up
             self.frozen = True
         else:

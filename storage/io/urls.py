@@ -8,15 +8,13 @@ options first, then the standard AWS environment variables.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from fsspec.core import split_protocol
-from fsspec.implementations.local import LocalFileSystem
-
 from storage.io.clients import ObstoreS3FileSystem, wants_obstore
 from storage.io.fsspec_fs import fsspec_fs
-from storage.io.local_paths import DatasetFileSystem
+from storage.io.local_files import LocalFiles
 
 #: Option keys whose values are secrets: never logged, never written to a manifest.
 SECRET_KEYS = frozenset({"secret", "key", "token", "aws_secret_access_key", "session_token",
@@ -42,7 +40,11 @@ class Location:
 
     @property
     def is_local(self) -> bool:
-        return isinstance(self.fs, LocalFileSystem)
+        if isinstance(self.fs, LocalFiles):
+            return True
+        # fsspec's own (a caller's): never an instance while fsspec is not even imported
+        local = sys.modules.get("fsspec.implementations.local")
+        return local is not None and isinstance(self.fs, local.LocalFileSystem)
 
     def confined(self) -> Location:
         """This location as a dataset's: on a local filesystem, one whose every read, write
@@ -53,10 +55,10 @@ class Location:
         Not the default of :func:`resolve`: input corpora (often symlink farms, such as a
         model hub's cache) and other folders keep plain local semantics.
         """
-        if not self.is_local or isinstance(self.fs, DatasetFileSystem):
-            return self
+        if not self.is_local or getattr(self.fs, "dataset_root", None) is not None:
+            return self  # a LocalFiles or DatasetFileSystem of a dataset already
         options = getattr(self.fs, "storage_options", {})  # e.g. auto_mkdir, kept
-        return replace(self, fs=DatasetFileSystem(self.root, **options))
+        return replace(self, fs=LocalFiles(self.root, **options))
 
 
 def s3_options_from_env(env: os._Environ[str] | dict[str, str] | None = None) -> dict[str, Any]:
@@ -136,15 +138,32 @@ def s3_options(storage_options: dict[str, Any] | None) -> dict[str, Any]:
     return options
 
 
+def split_protocol(url: Any) -> tuple[str | None, str]:
+    """``(protocol, path)`` of a URL or path, as ``fsspec.core.split_protocol`` splits it
+    (``None`` for a plain path), without importing fsspec."""
+    url = os.fspath(url)
+    if "://" in url:
+        protocol, path = url.split("://", 1)
+        if len(protocol) > 1:  # not a Windows drive letter
+            return protocol, path
+    if url.startswith("data:"):
+        protocol, path = url.split(":", 1)
+        return protocol, path
+    return None, url
+
+
 def resolve(url: str, storage_options: dict[str, Any] | None = None) -> Location:
     """Turn a URL (or plain path) plus options into a :class:`Location`.
 
     An ``s3://`` URL reads through ``obstore`` when it is installed and the options allow
     (:mod:`storage.io.clients`); everything else, and S3 writes, through fsspec.
     """
-    protocol, _ = split_protocol(url)
+    protocol, path = split_protocol(url)
     protocol = protocol or "file"
     options = dict(storage_options or {})
+    if protocol in ("file", "local"):  # no fsspec until a call needs more than reads
+        root = os.path.abspath(os.path.expanduser(path))
+        return Location(url=root, fs=LocalFiles(None, **options), root=root)
     if protocol in ("s3", "s3a"):
         options = s3_options(options)
         settings = wants_obstore(options)
@@ -153,6 +172,8 @@ def resolve(url: str, storage_options: dict[str, Any] | None = None) -> Location
             fs = ObstoreS3FileSystem(url, options, settings)
             return Location(url=url.rstrip("/") or url, fs=fs, root=root)
     fs, root = fsspec_fs(url, options)
+    from fsspec.implementations.local import LocalFileSystem  # imported with fs already
+
     if isinstance(fs, LocalFileSystem):
         root = os.path.abspath(root)
         url = root

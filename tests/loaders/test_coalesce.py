@@ -12,6 +12,7 @@ from loaders.coalesce import (
     GROWTH_TOLERANCE,
     AdaptiveWindow,
     UnitPlanner,
+    _median,
     plan_units,
 )
 
@@ -145,3 +146,8 @@ def test_window_doubles_while_time_per_byte_stays_flat_and_stops_when_it_rises()
         for _ in range(GROWTH_SAMPLES):
             capped.observe(level, 1000, 1e-3)
     assert capped.history == [8, 16, 20] and capped.frozen  # the budget's window, no more
+
+
+@given(st.lists(st.floats(1e-12, 1e-3), min_size=1, max_size=9))
+def test_the_window_judges_by_the_median_numpy_gives(values: list[float]) -> None:
+    assert _median(values) == float(np.median(values))
