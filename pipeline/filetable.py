@@ -192,9 +192,9 @@ class DiskColumn:
         self.dtype = np.dtype(dtype)
         self.n = n
         self.chunk_rows = max(1, chunk_rows)
-        #: (first row, the chunk's values: an ``array.array``, 8 bytes a row at most, whose
-        #: items are Python ints): replaced whole, so threads may share it
-        self._cached: tuple[int, Sequence[int]] = (0, [])
+        #: (first row, end row, the chunk's values: an ``array.array``, 8 bytes a row at
+        #: most, whose items are Python ints): replaced whole, so threads may share it
+        self._cached: tuple[int, int, Sequence[int]] = (0, 0, [])
 
     def __len__(self) -> int:
         return self.n
@@ -229,17 +229,16 @@ class DiskColumn:
                 return self.read(first, max(rows[0], rows[-1]) + 1)[
                     np.arange(lo, hi, step) - first]
             i = operator.index(i)
-        first, values = self._cached
-        j = i - first
-        if 0 <= j < len(values):
-            return values[j]
+        first, end, values = self._cached
+        if first <= i < end:
+            return values[i - first]
         if i < 0:
             i += self.n
         if not 0 <= i < self.n:
             raise IndexError(f"row {i} of a column of {self.n}")
         first = i - i % self.chunk_rows
         values = _compact(self.read(first, first + self.chunk_rows))
-        self._cached = (first, values)
+        self._cached = (first, first + len(values), values)
         return values[i - first]
 
 
@@ -276,9 +275,9 @@ class PrefixedStrings:
         self._offsets: np.ndarray | DiskColumn | None = None
         self._blob_file: IO[bytes] | None = None
         self._chunk_rows = CHUNK_ROWS
-        #: spilled: (first row, its chunk's suffix ends from 0, the chunk's suffixes as str
-        #: when ASCII else bytes); replaced whole, so threads may share it
-        self._cached: tuple[int, Sequence[int], str | bytes] = (0, [], "")
+        #: spilled: (first row, end row, its chunk's suffix ends from 0, the chunk's
+        #: suffixes as str when ASCII else bytes); replaced whole, so threads may share it
+        self._cached: tuple[int, int, Sequence[int], str | bytes] = (0, 0, [], "")
 
     def spill(self, spill: Spill) -> None:
         """From now on the suffixes and their offsets go to spill files (what is held so far
@@ -339,23 +338,23 @@ class PrefixedStrings:
         if self._blob_file is None:
             lo, hi = int(self._offsets[i]), int(self._offsets[i + 1])
             return self._prefixes[run] + self._blob[lo:hi].decode("utf-8")
-        first, ends, text = self._cached
-        j = i - first
-        if not 0 <= j < len(ends) - 1:
+        first, end, ends, text = self._cached
+        if not first <= i < end:
             if not 0 <= i < self.n:
                 raise IndexError(i)
-            first, ends, text = self._cached = self._read_chunk(i - i % self._chunk_rows)
-            j = i - first
+            first, end, ends, text = self._cached = self._read_chunk(i - i % self._chunk_rows)
+        j = i - first
         piece = text[ends[j]:ends[j + 1]]
         return self._prefixes[run] + (piece if isinstance(piece, str) else piece.decode())
 
-    def _read_chunk(self, first: int) -> tuple[int, Sequence[int], str | bytes]:
+    def _read_chunk(self, first: int) -> tuple[int, int, Sequence[int], str | bytes]:
         assert isinstance(self._offsets, DiskColumn) and self._blob_file is not None
-        ends = self._offsets.read(first, min(self.n, first + self._chunk_rows) + 1)
+        end = min(self.n, first + self._chunk_rows)
+        ends = self._offsets.read(first, end + 1)
         base = int(ends[0])
         blob = bytes(_pread(self._blob_file.fileno(), int(ends[-1]) - base, base))
         text = blob.decode("utf-8")
-        return first, _compact(ends - base), text if len(text) == len(blob) else blob
+        return first, end, _compact(ends - base), text if len(text) == len(blob) else blob
 
     def nbytes(self) -> int:
         """What the strings hold (on disk for a spilled column; the prefixes in memory)."""
