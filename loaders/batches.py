@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import islice
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -74,18 +75,18 @@ def batches(fmt: BatchFormat, samples: np.ndarray, windows: Windows,
 
 def _widen(windows: Iterator[np.ndarray], size: int, seq_len: int
            ) -> tuple[np.ndarray, np.ndarray]:
-    """The next ``size`` windows as int64 ``(inputs, labels)``, ``[size, seq_len]`` each."""
-    stage: np.ndarray | None = None
-    for i in range(size):
-        w = next(windows)
-        if stage is None:
-            stage = np.empty((size, seq_len + 1), dtype=w.dtype)
-        elif w.dtype != stage.dtype:  # a mixture of vocabularies: widen what is staged
-            stage = stage.astype(np.promote_types(stage.dtype, w.dtype))
-        stage[i] = w
+    """The next ``size`` windows as int64 ``(inputs, labels)``, ``[size, seq_len]`` each.
+
+    The windows are gathered by one ``np.concatenate`` (which also promotes a mixture of
+    vocabularies' dtypes) into a staging array, then widened in two casts for the whole batch:
+    per sample only the iterator step is Python."""
+    got = list(islice(windows, size))
+    if len(got) != size:
+        raise RuntimeError(f"the windows ran out: {len(got)} for a batch of {size}")
     inputs = np.empty((size, seq_len), dtype=np.int64)
     labels = np.empty((size, seq_len), dtype=np.int64)
-    if stage is not None:
+    if got:
+        stage = np.concatenate(got).reshape(size, seq_len + 1)
         inputs[:] = stage[:, :-1]
         labels[:] = stage[:, 1:]
     return inputs, labels
