@@ -21,6 +21,7 @@ from cyclopts import Parameter
 
 from pipeline.carbon import parse_deadline
 from pipeline.cleaning import CleaningConfig
+from pipeline.plan import PACK_MAX_FILES
 from pipeline.readers import DEFAULT_MAX_RECORD_BYTES, ReadOptions
 from pipeline.web import WebConfig, parse_filter_options, parse_filters
 from storage import ReplicaSet, display_url
@@ -59,6 +60,10 @@ class PipelineConfig:
                               "each; phase 1 streams it, so a worker holds ~250 MiB + the "
                               "finished shard (~0.4 x this) with GPT-2. "
                               "0: input bytes / 64, within 1 MiB-1 GiB")
+    files_per_partition: int = _f(PACK_MAX_FILES, "pack up to this many consecutive small "
+                                  "files (each under the partition size) into one partition, "
+                                  "task and shard, up to ~the partition size; 1: a partition "
+                                  "never spans files")
     max_record_bytes: int = _f(DEFAULT_MAX_RECORD_BYTES, "records (lines, paragraphs, fields) "
                                "larger than this are quarantined as record_too_large")
     strict: bool = _f(False, "stop at the first bad record, naming file and line, instead of "
@@ -180,6 +185,8 @@ class PipelineConfig:
         if self.partition_bytes < 0 or self.max_record_bytes < 1:
             raise ValueError("partition_bytes must be >= 0 (0: automatic) and "
                              "max_record_bytes positive")
+        if self.files_per_partition < 1:
+            raise ValueError("files_per_partition must be at least 1 (1: no packing)")
         if self.lease_ttl <= 0:
             raise ValueError("lease_ttl must be positive")
         if self.tokenizer_threads < 1:

@@ -443,7 +443,7 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: Lease, log: TextIO,
         cfg = replace(cfg, partition_bytes=auto_partition_bytes(total_bytes))
     if files.any_format(FORMAT_CODES.index("warc")):  # the web steps and columns
         cfg = replace(cfg, web_inputs=True)
-    plan = PartitionPlan(files, cfg.partition_bytes)
+    plan = PartitionPlan(files, cfg.partition_bytes, cfg.files_per_partition)
     # A dataset already committed at the output stays readable, untouched, until the commit
     # below: every object this run writes has a name made from its content.
     where = " + ".join(display_url(r.loc.url) for r in store.replicas)
@@ -462,7 +462,7 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: Lease, log: TextIO,
         dashboard = client.dashboard_link
         n = len(client.scheduler_info(n_workers=-1).get("workers", {}))
         print(f"dask: {n} workers, dashboard {dashboard}", file=log)
-        probe_inputs(client, [f.url for f in files], cfg.storage_options, log)  # before writes
+        probe_inputs(client, _probe_candidates(files), cfg.storage_options, log)  # before writes
         window = TaskWindow(client)
         meter.attach(client, window, total_bytes, window.threads())  # may gate the window
         tok = (loading.result() if loading else

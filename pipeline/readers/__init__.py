@@ -73,7 +73,12 @@ class _Salvage(io.RawIOBase):
 def read_partition(part: Partition, opts: ReadOptions,
                    storage_options: dict[str, Any] | None = None
                    ) -> Iterator[Document | Rejected]:
-    """Stream the documents (and rejected records) of one partition."""
+    """Stream the documents (and rejected records) of one partition: its files one after
+    another when it is packed (:func:`pipeline.plan.plan_partitions`)."""
+    if part.members:
+        for piece in part.pieces():
+            yield from read_partition(piece, opts, storage_options)
+        return
     from pipeline.readers import csv, jsonl, parquet, text, warc
 
     loc = resolve(part.url, storage_options)

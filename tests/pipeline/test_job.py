@@ -222,7 +222,8 @@ def test_near_dup_flag_removes_near_duplicates(tmp_path: Path,
     for name, part in (("a", docs[:2]), ("b", docs[2:])):
         (tmp_path / f"{name}.jsonl").write_text(
             "".join(json.dumps({"text": d}) + "\n" for d in part))
-    cfg = _cfg([str(tmp_path / "*.jsonl")], tmp_path / "ds", near_dup=True)
+    cfg = _cfg([str(tmp_path / "*.jsonl")], tmp_path / "ds", near_dup=True,
+               files_per_partition=1)  # small files are packed by default
 
     def stopped(*args: Any, **kw: Any) -> None:
         raise RuntimeError("driver stopped after phase 1")
@@ -256,3 +257,28 @@ def test_a_missing_tokenizer_fails_before_anything_is_touched(tiny_dataset: str,
     with pytest.raises(ValueError, match="not a valid tokenizer.json"):
         run(_cfg([str(text)], tmp_path / "out", tokenizer=str(bad)), progress=False)
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_the_input_probe_samples_from_a_bounded_spread_of_the_table(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe's candidates: every URL of a small table, an even spread of at most
+    PROBE_CANDIDATES of a big one (the job once listed every file as a string for it)."""
+    from pipeline import job
+    from pipeline.filetable import FORMAT_CODES, TableBuilder
+
+    def table(n: int):  # noqa: ANN202
+        b = TableBuilder()
+        for lo in range(0, n, 500):
+            urls = [f"/d/{i:07d}.txt" for i in range(lo, min(n, lo + 500))]
+            b.add_page(urls, [1] * len(urls), None, [FORMAT_CODES.index("txt")] * len(urls),
+                       [0] * len(urls), tags=["t"] * len(urls))
+        return b.finish()
+
+    monkeypatch.setattr(job, "PROBE_CANDIDATES", 2000)
+    small = table(1000)
+    assert job._probe_candidates(small) == [small.url(i) for i in range(1000)]
+    big = table(2500)
+    picks = job._probe_candidates(big)
+    assert len(picks) == job.PROBE_CANDIDATES
+    assert picks[0] == big.url(0) and picks[-1] > big.url(job.PROBE_CANDIDATES)
+    assert picks == sorted(set(picks))

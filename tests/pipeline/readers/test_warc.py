@@ -127,7 +127,7 @@ def test_from_s3_as_from_local_disk(s3_bucket, pages: list[tuple[str, bytes]],  
 
     def items(pattern: str, opts: dict | None) -> list[tuple]:
         parts = plan_partitions(discover([pattern], opts), 1 << 20)
-        assert [p.fmt for p in parts] == ["warc", "warc"]
+        assert [q.fmt for p in parts for q in p.pieces()] == ["warc", "warc"]
         return [(type(i).__name__, getattr(i, "source", ""), getattr(i, "url", ""),
                  getattr(i, "text", ""), getattr(i, "reason", ""))
                 for p in parts for i in read_partition(p, ReadOptions(), opts)]
