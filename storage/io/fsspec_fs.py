@@ -10,9 +10,9 @@ from typing import Any
 def fsspec_fs(url: str, options: dict[str, Any]) -> tuple[Any, str]:
     """The fsspec filesystem of ``url`` and its root (options completed by :func:`resolve`).
 
-    fsspec is imported here, not with the module: importing it costs ~0.1 s (it reads every
-    installed package's entry points), which a loader reading a local dataset or an S3 one
-    through obstore never needs to pay (:class:`storage.io.local_files.LocalFiles`)."""
+    fsspec is imported here, not with the module: importing it costs ~20-30 ms of CPU (it reads
+    every installed package's entry points), which a loader reading a local dataset or an S3
+    one through obstore never needs to pay (:class:`storage.io.local_files.LocalFiles`)."""
     import fsspec.core
     from fsspec.core import split_protocol
 

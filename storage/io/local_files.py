@@ -20,9 +20,9 @@ class LocalFiles:
     ``cat_file`` (a whole file or a byte range: how the manifest and the index are read) is
     answered with ``open``/``seek``/``read``, as fsspec's ``LocalFileSystem`` would; any other
     attribute is that of the fsspec filesystem behind (:attr:`fsspec`), made on first use.
-    Why: importing fsspec costs ~0.1 s (it reads the entry points of every installed package),
-    a third of a loader's start-up on a local dataset, which reads its manifest and index,
-    maps its shards and needs nothing else of it (``tests/loaders/test_imports.py``).
+    Why: importing fsspec costs ~20-30 ms of CPU (it reads the entry points of every installed
+    package) before a loader's first batch on a local dataset, which reads its manifest and
+    index, maps its shards and needs nothing else of it (``tests/loaders/test_imports.py``).
 
     ``dataset_root``: a dataset replica's root (:meth:`storage.io.urls.Location.confined`):
     every read is held to :func:`check_read` and the fsspec side is a
