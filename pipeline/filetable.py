@@ -45,9 +45,9 @@ COMPRESSION_CODES = (None, "gzip", "zstd", "bz2", "xz")
 #: a version suffix that starts with this holds the whole version string (not ``size:tag``)
 _LITERAL = "\x00"
 #: a table of more rows than this keeps its columns in temporary files (module docstring)
-SPILL_ROWS = 256 * 1024
+SPILL_ROWS = 64 * 1024
 #: rows of a spilled column read back together (one such chunk cached per column)
-CHUNK_ROWS = 64 * 1024
+CHUNK_ROWS = 16 * 1024
 
 
 class Growable:
