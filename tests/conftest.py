@@ -51,8 +51,11 @@ def tiny_dataset(tmp_path_factory: pytest.TempPathFactory, corpus_dir: Path) -> 
     from pipeline.job import run
 
     out = tmp_path_factory.mktemp("datasets") / "tiny"
+    # one shard per file (packing would make the four small files one shard): the loader's
+    # tests want several shards
     cfg = PipelineConfig(inputs=[str(corpus_dir / "*.txt")], output=str(out), workers=2,
-                         dashboard_address="127.0.0.1:0", row_group_tokens=8192)
+                         dashboard_address="127.0.0.1:0", row_group_tokens=8192,
+                         files_per_partition=1)
     run(cfg, progress=False)
     return str(out)
 
