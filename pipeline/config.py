@@ -23,6 +23,7 @@ from pipeline.carbon import parse_deadline
 from pipeline.cleaning import CleaningConfig
 from pipeline.plan import PACK_MAX_FILES
 from pipeline.readers import DEFAULT_MAX_RECORD_BYTES, ReadOptions
+from pipeline.shards import DEFAULT_CODEC, check_codec
 from pipeline.web import WebConfig, parse_filter_options, parse_filters
 from storage import ReplicaSet, display_url
 from storage.energy import WATTS_PER_CORE
@@ -125,6 +126,10 @@ class PipelineConfig:
     encode_batch_docs: int = _f(1024, "documents per encode_batch_fast call")
     row_group_tokens: int = _f(256 * 1024, "tokens per Parquet row group (the loader's unit "
                                "of reading)")
+    # recorded in the manifest when not zstd (for_manifest): other manifests keep their bytes
+    shard_compression: Annotated[str, Parameter(metavar="CODEC")] = _f(
+        DEFAULT_CODEC, "the shards' Parquet codec: 'zstd' (smallest), 'lz4' or 'none' (larger "
+        "shards, less of the loader's CPU per token)", manifest=False)
     # -- execution ---------------------------------------------------------------------------
     workers: int = _f(0, "LocalCluster worker processes (0: cores / --tokenizer-threads)",
                       manifest=False)
@@ -199,6 +204,7 @@ class PipelineConfig:
             raise ValueError("near_dup_threshold must be in [0, 1]")
         if self.adapt is not None:
             self.adapt_range  # noqa: B018 - validates
+        check_codec(self.shard_compression)
         if self.pii not in ("none", "mask"):
             raise ValueError(f"pii must be 'mask' or 'none', not {self.pii!r}")
         self.web_config  # noqa: B018 - validates --filters and --filter-options
@@ -253,6 +259,8 @@ class PipelineConfig:
         out["inputs"] = [display_url(u) for u in self.inputs]
         if self.inputs_from:  # recorded only when used: other manifests keep their bytes
             out["inputs_from"] = display_url(self.inputs_from)
+        if self.shard_compression != DEFAULT_CODEC:  # the same
+            out["shard_compression"] = self.shard_compression
         if self.web_config is not None:  # the same: recorded only when used
             out.update({k: d[k] for k in _WEB_FIELDS})
         return out

@@ -233,7 +233,7 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
                           cfg.minhash_rows), tok.sha256,
                          tok.vocab_size, tok.eos_id, cfg.encode_batch_docs,
                          cfg.row_group_tokens, cfg.strict, cfg.storage_options,
-                         web=cfg.web_config)
+                         web=cfg.web_config, shard_compression=cfg.shard_compression)
     tag = uuid.uuid4().hex[:8]
     opts: dict[str, Any] = {"pure": False, "retries": cfg.retries}
 

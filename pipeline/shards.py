@@ -1,4 +1,5 @@
-"""Write one Parquet feature shard: token ids per document, row groups sized by tokens, zstd.
+"""Write one Parquet feature shard: token ids per document, row groups sized by tokens, zstd
+(or LZ4 or no compression: ``--shard-compression``, :data:`SHARD_CODECS`).
 
 How ids are encoded in ``input_ids`` (little-endian uint16/uint32 in one binary value per
 document) is the storage format's business: :mod:`storage.tokens`.
@@ -36,6 +37,33 @@ META_FIELDS = (pa.field("url", pa.string()), pa.field("date", pa.string()),
 META_SCHEMA = pa.schema([*SCHEMA, *META_FIELDS])
 #: ids of vocabularies up to 65,536 entries (GPT-2's is 50,257)
 GPT2_DTYPE = np.dtype("<u2")
+#: the shard codecs (``--shard-compression``, pyarrow's names; "lz4" is written as LZ4_RAW)
+#: and the level each is written at. zstd: the smallest shards; lz4 and none: less of the
+#: loader's CPU per token (docs/design.md, "Shard compression").
+SHARD_CODECS: dict[str, int | None] = {"zstd": 3, "lz4": None, "none": None}
+DEFAULT_CODEC = "zstd"
+#: a column chunk's codec as its Parquet metadata names it -> :data:`SHARD_CODECS`' name
+_CODEC_OF_METADATA = {"ZSTD": "zstd", "LZ4": "lz4", "LZ4_RAW": "lz4", "UNCOMPRESSED": "none"}
+
+
+def check_codec(codec: str) -> str:
+    """``codec`` if it is one of :data:`SHARD_CODECS`, else a ValueError naming them."""
+    if codec not in SHARD_CODECS:
+        raise ValueError(f"shard compression must be one of {', '.join(SHARD_CODECS)}, "
+                         f"not {codec!r}")
+    return codec
+
+
+def shard_codec(meta: pq.FileMetaData) -> str:
+    """The codec (:data:`SHARD_CODECS`' name) a shard's ``input_ids`` column was written
+    with, from its Parquet metadata; zstd for a shard without row groups."""
+    if not meta.num_row_groups:
+        return DEFAULT_CODEC
+    name = meta.row_group(0).column(SCHEMA.get_field_index("input_ids")).compression
+    if name not in _CODEC_OF_METADATA:
+        raise ValueError(f"shard written with codec {name}, not one of "
+                         f"{', '.join(SHARD_CODECS)}")
+    return _CODEC_OF_METADATA[name]
 
 
 def schema_description(dtype: np.dtype, metadata: bool = False) -> dict[str, str]:
@@ -79,14 +107,15 @@ class ShardWriter:
     """
 
     def __init__(self, dtype: np.dtype, target_rg_tokens: int,
-                 schema: pa.Schema = SCHEMA) -> None:
+                 schema: pa.Schema = SCHEMA, compression: str = DEFAULT_CODEC) -> None:
         self.dtype, self.target = np.dtype(dtype), target_rg_tokens
         self.encoding = tokens.encoding_name(self.dtype)
+        self.compression = check_codec(compression)
         self._file = tempfile.TemporaryFile()  # noqa: SIM115 - closed by finish/close
         # Token ids are stored plain (no dictionary: it buys nothing after zstd and costs a
         # decode step); pages of 1 MiB keep decoding in large runs.
-        self._writer = pq.ParquetWriter(self._file, schema, compression="zstd",
-                                        compression_level=3,
+        self._writer = pq.ParquetWriter(self._file, schema, compression=compression,
+                                        compression_level=SHARD_CODECS[compression],
                                         use_dictionary=["doc_id", "lang"],
                                         data_page_size=1 << 20, write_statistics=False,
                                         store_schema=False)
@@ -177,21 +206,22 @@ def _describe(data: bytes, groups: list[tuple[int, int]], path: str) -> ShardInf
 
 
 def encode_table(table: pa.Table, dtype: np.dtype, target_rg_tokens: int,
-                 path: str = "shard.parquet") -> tuple[bytes, ShardInfo]:
+                 path: str = "shard.parquet",
+                 compression: str = DEFAULT_CODEC) -> tuple[bytes, ShardInfo]:
     """The Parquet bytes of one shard and its manifest entry (:class:`ShardWriter` at once).
 
     The entry locates each row group's ``input_ids`` column chunk (offset, length, sha256) and
     the footer, so that a reader fetches and verifies exactly what it decodes. Rows are made
     contiguous per row group: the bytes depend on the rows only, not on how they were chunked.
     """
-    with ShardWriter(dtype, target_rg_tokens) as writer:
+    with ShardWriter(dtype, target_rg_tokens, compression=compression) as writer:
         writer.add(table)
         return writer.finish(path)
 
 
 def encode_shard(doc_ids: Sequence[str], ids: Sequence[np.ndarray], target_rg_tokens: int,
-                 path: str = "shard.parquet",
-                 dtype: np.dtype = GPT2_DTYPE) -> tuple[bytes, ShardInfo]:
+                 path: str = "shard.parquet", dtype: np.dtype = GPT2_DTYPE,
+                 compression: str = DEFAULT_CODEC) -> tuple[bytes, ShardInfo]:
     """:func:`encode_table` for documents given as one array of token ids each."""
     return encode_table(shard_table(doc_ids, token_column(ids, dtype)), dtype,
-                        target_rg_tokens, path)
+                        target_rg_tokens, path, compression)

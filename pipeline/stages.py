@@ -38,7 +38,14 @@ from pipeline.dedup import (
 from pipeline.plan import Partition
 from pipeline.readers import ReadOptions, read_partition
 from pipeline.records import Rejected
-from pipeline.shards import META_SCHEMA, SCHEMA, ShardWriter, shard_table
+from pipeline.shards import (
+    DEFAULT_CODEC,
+    META_SCHEMA,
+    SCHEMA,
+    ShardWriter,
+    shard_codec,
+    shard_table,
+)
 from pipeline.web import WebConfig, WebSteps
 from storage import (
     ObjectInfo,
@@ -74,6 +81,8 @@ class StageParams:
     storage_options: dict[str, Any] | None = field(default=None, repr=False)
     #: the web steps (pipeline.web): extraction, language, rule sets, PII; None: off
     web: WebConfig | None = None
+    #: the shards' Parquet codec (``--shard-compression``: zstd, lz4, none)
+    shard_compression: str = DEFAULT_CODEC
 
 
 @dataclass(frozen=True)
@@ -162,7 +171,7 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
         sketches = []
 
     schema = META_SCHEMA if p.web is not None and p.web.metadata else SCHEMA
-    with ShardWriter(dtype, p.row_group_tokens, schema) as writer:
+    with ShardWriter(dtype, p.row_group_tokens, schema, p.shard_compression) as writer:
         spool = work.ArraySpool(ENTRY)
         sketch_spool = work.ArraySpool(np.uint8)
         sketches_sha256 = ""
@@ -273,14 +282,15 @@ def _without(scratch: ReplicaSet, one: work.PhaseOne, dropped: np.ndarray, dtype
     """Phase 1's shard re-encoded without the rows at positions ``dropped``, a row group at a
     time: the bytes :func:`pipeline.shards.encode_table` gives on the surviving rows. It holds
     phase 1's bytes (verified on the way: a damaged work file must not become a shard) and one
-    row group of rows, then, once those are gone, the new shard's bytes for the put."""
+    row group of rows, then, once those are gone, the new shard's bytes for the put. The new
+    shard keeps phase 1's codec (``--shard-compression``), read from its metadata."""
     assert one.shard is not None
     source = pq.ParquetFile(pa.BufferReader(
         scratch.get(work.rows_path(one.key), sha256=one.shard.sha256)))
     keep = np.ones(source.metadata.num_rows, dtype=bool)
     keep[dropped] = False
     schema = META_SCHEMA if "url" in source.schema_arrow.names else SCHEMA
-    with ShardWriter(dtype, row_group_tokens, schema) as writer:
+    with ShardWriter(dtype, row_group_tokens, schema, shard_codec(source.metadata)) as writer:
         at = 0
         for i in range(source.num_row_groups):
             group = source.read_row_group(i)

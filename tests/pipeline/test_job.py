@@ -282,3 +282,36 @@ def test_the_input_probe_samples_from_a_bounded_spread_of_the_table(
     assert len(picks) == job.PROBE_CANDIDATES
     assert picks[0] == big.url(0) and picks[-1] > big.url(job.PROBE_CANDIDATES)
     assert picks == sorted(set(picks))
+
+
+def test_shard_compression_lz4_and_none_hold_the_same_tokens(
+        tiny_dataset: str, corpus_dir: Path, tmp_path: Path) -> None:
+    """``--shard-compression``: phase 1's shards and phase 2's re-encoded ones are all in the
+    codec, the manifest records it, the tokens are zstd's, and the loader and `storage verify`
+    read them as they read zstd's."""
+    import torch
+
+    from loaders import build_dataloader
+    from storage import ReplicaSet
+    from storage.admin.scrub import verify
+
+    def epoch(dataset: str) -> torch.Tensor:
+        loader = build_dataloader(dataset, 8, 64, rank=0, world_size=1)
+        loader.set_epoch(0)
+        return torch.cat([b["input_ids"] for b in loader])
+
+    want, want_epoch = rows(tiny_dataset), epoch(tiny_dataset)
+    assert read_manifest(tiny_dataset).config.get("shard_compression") is None  # zstd: unsaid
+    for codec, name in (("lz4", "LZ4"), ("none", "UNCOMPRESSED")):
+        out = tmp_path / codec
+        run(_cfg([str(corpus_dir / "*.txt")], out, row_group_tokens=8192,
+                 files_per_partition=1, shard_compression=codec), progress=False)
+        m = read_manifest(str(out))
+        assert m.config["shard_compression"] == codec and m.stats["dropped"]["duplicate"] > 10
+        for shard in shards_of(str(out), m):
+            meta = pq.ParquetFile(out / shard.path).metadata
+            assert {meta.row_group(i).column(j).compression for i in range(meta.num_row_groups)
+                    for j in range(meta.num_columns)} == {name}, shard.path
+        assert rows(str(out)) == want
+        assert torch.equal(epoch(str(out)), want_epoch)
+        assert verify(ReplicaSet.from_urls([str(out)])).ok

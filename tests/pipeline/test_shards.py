@@ -4,10 +4,12 @@ import io
 import blake3
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.shards import encode_shard, row_group_bounds
+from pipeline.config import PipelineConfig
+from pipeline.shards import check_codec, encode_shard, row_group_bounds, shard_codec
 from storage import tokens
 
 
@@ -43,3 +45,32 @@ def test_encode_shard_is_deterministic_and_readable() -> None:
     assert [g.tokens for g in groups] == [
         sum(len(ids[i]) for i in range(lo, lo + g.rows))
         for lo, g in zip(np.cumsum([0] + [g.rows for g in groups])[:-1], groups, strict=True)]
+
+
+@pytest.mark.parametrize(("codec", "name"), [("zstd", "ZSTD"), ("lz4", "LZ4"),
+                                             ("none", "UNCOMPRESSED")])
+def test_shard_codec_is_written_and_read_back(codec: str, name: str) -> None:
+    """``--shard-compression``: every column chunk in the codec, the same rows, and the codec
+    read back from the metadata (phase 2 re-encodes a shard in its phase-1 codec)."""
+    rng = np.random.default_rng(1)
+    ids = [rng.integers(0, 50257, size=n, dtype=np.int32) for n in rng.integers(1, 300, 40)]
+    doc_ids = [f"f.txt:{i}" for i in range(40)]
+    data, info = encode_shard(doc_ids, ids, 1000, compression=codec)
+    meta = pq.ParquetFile(io.BytesIO(data)).metadata
+    assert {meta.row_group(i).column(j).compression for i in range(meta.num_row_groups)
+            for j in range(meta.num_columns)} == {name}
+    assert shard_codec(meta) == codec
+    got = tokens.documents(pq.read_table(io.BytesIO(data)).column("input_ids"),
+                           "binary<uint16le>")
+    assert all(np.array_equal(a, b) for a, b in zip(ids, got, strict=True))
+    zstd, _ = encode_shard(doc_ids, ids, 1000)
+    assert (data == zstd) == (codec == "zstd")
+    for g in info.row_groups:
+        assert blake3.blake3(data[g.offset:g.offset + g.length]).hexdigest() == g.blake3
+
+
+def test_an_unknown_codec_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="zstd, lz4, none, not 'gzip'"):
+        check_codec("gzip")
+    with pytest.raises(ValueError, match="shard compression"):
+        PipelineConfig(shard_compression="snappy")
