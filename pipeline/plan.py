@@ -35,7 +35,7 @@ TAIL_GROUP_MAX = 64
 #: :func:`plan_partitions`): a Partition names its files, so this bounds a task's size
 PACK_MAX_FILES = 1024
 #: files counted together when a plan is made (bounds its temporaries: ~10 arrays of this)
-_PLAN_CHUNK = 1 << 16
+_PLAN_CHUNK = 1 << 14
 
 
 @dataclass(frozen=True)
@@ -236,12 +236,16 @@ class PartitionPlan(Sequence[Partition]):
         self.table, self.target, self.max_files = table, target_bytes, max_files
         self._splittable = np.array([f in SPLITTABLE for f in FORMAT_CODES])
         self._parquet: dict[int, list[tuple[int, int]]] = {}
-        parquet_counts: dict[int, int] = {}
+        counted: dict[int, int] = {}
         for i, groups in table.row_groups.items():
             ranges = row_group_ranges(groups, target_bytes)
-            parquet_counts[i] = len(ranges)
+            counted[i] = len(ranges)
             if len(ranges) > 1 or ranges[0] != (0, -1):
                 self._parquet[i] = ranges
+        # Parquet files' partition counts by file index, sorted: a chunk takes its slice
+        at = np.array(sorted(counted), dtype=np.int64)
+        parquet_counts = (at, np.array([counted[int(i)] for i in at], dtype=np.int64))
+        del counted
         #: the plan as segments: segment k is partitions [parts[k], parts[k+1]) of files
         #: [files[k], files[k+1]); one of them spans one partition (a file, or a pack of
         #: files) or one file (cut in several). Last entries: the totals. None: file i is
@@ -271,7 +275,7 @@ class PartitionPlan(Sequence[Partition]):
             self._seg_files = self._seg_parts = None
         self._n = total
 
-    def _partitions_of(self, lo: int, hi: int, parquet_counts: dict[int, int],
+    def _partitions_of(self, lo: int, hi: int, parquet_counts: tuple[np.ndarray, np.ndarray],
                        run: _Run) -> np.ndarray:
         """How many partitions start at each file of ``[lo, hi)``: ``ceil(size / target)``
         for splittable files (byte_ranges' float arithmetic; sizes < 2**53), row groups'
@@ -283,9 +287,9 @@ class PartitionPlan(Sequence[Partition]):
         counts = np.ones(hi - lo, dtype=np.int64)
         counts[split] = np.maximum(1, np.ceil(sizes[split] / float(self.target))
                                    ).astype(np.int64)
-        for i, c in parquet_counts.items():
-            if lo <= i < hi:
-                counts[i - lo] = c
+        at, parquet = parquet_counts
+        first, last = np.searchsorted(at, [lo, hi])
+        counts[at[first:last] - lo] = parquet[first:last]
         if self.max_files <= 1:
             return counts
         q = (counts == 1) & (sizes < self.target)
