@@ -83,12 +83,14 @@ def shakespeare_tokens() -> np.ndarray:
 
 
 def write_token_dataset(store: Any, tokens: np.ndarray, n_shards: int,
-                        row_group_tokens: int = 256 * 1024, doc_tokens: int = 1024) -> Any:
+                        row_group_tokens: int = 256 * 1024, doc_tokens: int = 1024,
+                        compression: str = "zstd") -> Any:
     """Write ``tokens`` as a Shardflow dataset through ``store`` (a ReplicaSet), quickly.
 
     Benchmarks of reading need many tokens; tokenizing them again each time would measure the
     tokenizer. Documents are cut every ``doc_tokens`` tokens; the layout and manifest are the
     pipeline's own (``encode_shard``), so readers cannot tell the difference.
+    ``compression``: the shards' codec (the pipeline's ``--shard-compression``).
     """
     from pipeline import tokenizing
     from pipeline.shards import encode_shard, schema_description
@@ -108,14 +110,15 @@ def write_token_dataset(store: Any, tokens: np.ndarray, n_shards: int,
             break
         path = f"shards/part-{i:05d}.parquet"
         data, info = encode_shard([f"bench:{i}:{j}" for j in range(len(chunk))], chunk,
-                                  row_group_tokens, path, dtype)
+                                  row_group_tokens, path, dtype, compression)
         store.put(path, data)
         shards.append(info)
     store.put(TOKENIZER, tok.json.encode())
     manifest = Manifest(
         tokenizer=TokenizerInfo(tok.name, TOKENIZER, tok.sha256, tok.vocab_size, tok.eos_id,
                                 tok.eos_token, len(tok.json.encode())),
-        shards=tuple(shards), schema=schema_description(dtype), config={"benchmark": True})
+        shards=tuple(shards), schema=schema_description(dtype), config={"benchmark": True, **(
+            {"shard_compression": compression} if compression != "zstd" else {})})
     # As the pipeline commits it: shardflow.dataset/2, the row groups in the binary index.
     manifest = with_index(manifest, manifest.shards, write_index(store, manifest.shards))
     store.put(MANIFEST, manifest.to_json().encode())

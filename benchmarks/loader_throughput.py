@@ -10,6 +10,10 @@ Loaders measured (``CONFIGS`` below; medians over ``--runs`` full epochs, warm p
 - ``shardflow_local`` / ``shardflow_s3``: ``build_dataloader(url, 8, 2048)`` with its DEFAULT
   settings (in-process, one batch thread, read-ahead thread pool), from local disk and from a
   real S3 server on loopback (MinIO or SeaweedFS, ``loopback_s3``).
+- ``shardflow_local_lz4`` / ``shardflow_local_none``: the local default over the same tokens
+  written with the pipeline's ``--shard-compression lz4`` / ``none`` instead of zstd (larger
+  shards, no zstd decompression: ~480 us of CPU per 512 KiB row group); the results give each
+  local dataset's bytes (``dataset_bytes``, ``x_zstd_bytes``).
 - ``shardflow_s3_cached``: from S3 with ``cache_dir`` set: the first epoch fills the local
   disk cache, the others read from it (so the median is the warm figure).
 - ``shardflow_local_bt`` / ``shardflow_local_rt4``: the local default with one setting changed,
@@ -58,6 +62,7 @@ Peers are installed without their dependency trees (see ``_install_stand_ins``):
     python benchmarks/loader_throughput.py            # ~200 M tokens, 5 runs
     python benchmarks/loader_throughput.py --quick    # ~10 M tokens, 2 runs, under a minute
     python benchmarks/loader_throughput.py --s3 --runs 3   # the S3 comparison, ~6 minutes
+    python benchmarks/loader_throughput.py --codecs   # local: zstd, lz4, none vs litdata, ~2 min
 """
 
 from __future__ import annotations
@@ -100,8 +105,13 @@ S3_CONFIGS = ("shardflow_local", "shardflow_s3", "shardflow_s3_cached", "shardfl
               "mosaic_inproc", "mosaic_s3")
 #: the default run (a few minutes): Shardflow and litdata, local and from S3, 3 interleaved
 #: rounds, each a fresh process timed from its start (imports included)
-DEFAULT_CONFIGS = ("shardflow_local", "litdata_inproc", "shardflow_s3", "litdata_s3",
-                   "litdata_s3_boto3")
+DEFAULT_CONFIGS = ("shardflow_local", "shardflow_local_lz4", "shardflow_local_none",
+                   "litdata_inproc", "shardflow_s3", "litdata_s3", "litdata_s3_boto3")
+#: the shard codecs (pipeline --shard-compression) beside litdata, local only (--codecs)
+CODEC_CONFIGS = ("shardflow_local", "shardflow_local_lz4", "shardflow_local_none",
+                 "litdata_inproc")
+#: a local Shardflow config's suffix -> the codec its dataset's shards are written with
+CODECS = {"_lz4": "lz4", "_none": "none"}
 QUICK_CONFIGS = ("shardflow_local", "shardflow_s3", "shardflow_s3_cached", "pyarrow_rowgroups",
                  "mosaic_inproc", "mosaic_s3", "litdata_inproc", "litdata_s3")
 
@@ -305,6 +315,9 @@ def _make_source(config: str, spec: dict[str, Any]) -> Callable[[], Iterator[Any
         url, options = spec["s3_url"], spec["s3_options"]
         if config.startswith("shardflow_local"):
             url, options = spec["local_url"], None
+            for suffix, codec in CODECS.items():
+                if config.endswith(suffix):
+                    url = spec[f"local_url_{codec}"]
         extra: dict[str, Any] = {}
         if config.endswith("_cached"):  # epoch 1 fills the local disk cache, later ones hit it
             extra["cache_dir"] = tempfile.mkdtemp(prefix="shardflow-cache-")
@@ -657,9 +670,16 @@ def prepare(workdir: Path, n_tokens: int, server: Any,
     steps: list[tuple[str, Callable[[], Any]]] = [
         ("shardflow local", lambda: write_token_dataset(
             ReplicaSet.from_urls([spec["local_url"]]), tokens, shards)),
-        ("shardflow s3", lambda: write_token_dataset(
-            ReplicaSet.from_urls([spec["s3_url"]], bucket.storage_options), tokens, shards)),
     ]
+    if any("_s3" in c for c in configs):
+        steps.append(("shardflow s3", lambda: write_token_dataset(
+            ReplicaSet.from_urls([spec["s3_url"]], bucket.storage_options), tokens, shards)))
+    for suffix, codec in CODECS.items():
+        if f"shardflow_local{suffix}" in configs:
+            spec[f"local_url_{codec}"] = url = str(data / f"shardflow_{codec}")
+            steps.append((f"shardflow local {codec}", lambda url=url, codec=codec:
+                          write_token_dataset(ReplicaSet.from_urls([url]), tokens, shards,
+                                              compression=codec)))
     if "mosaic" in kinds:
         steps.append(("mds", lambda: write_mds(samples, Path(spec["mds_dir"]))))
     if "litdata" in kinds:
@@ -681,6 +701,13 @@ def prepare(workdir: Path, n_tokens: int, server: Any,
         print(f"  wrote {name} in {spec['write_s'][name]:.1f} s")
     if "litdata" in kinds:
         spec["litdata_chunks"] = len(list(Path(spec["litdata_dir"]).glob("*.bin")))
+    # bytes on disk of each local dataset (shards, index, manifest; litdata's chunks)
+    spec["dataset_bytes"] = {
+        name: sum(p.stat().st_size for p in Path(spec[key]).rglob("*") if p.is_file())
+        for name, key in (("shardflow_local", "local_url"),
+                          *((f"shardflow_local{s}", f"local_url_{c}") for s, c in CODECS.items()),
+                          ("litdata_inproc", "litdata_dir"))
+        if key in spec and Path(spec[key]).exists()}
     return spec
 
 
@@ -745,6 +772,18 @@ def summarise(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 summary[f"first_batch_less_torch_{where}_s"] = r["first_batch_less_torch_s"]
                 summary[f"first_batch_less_torch_{where}_peer_s"] = (
                     others[fastest].get("first_batch_less_torch_s"))
+    # the shard codecs, local, against litdata in-process (same rounds)
+    lit = ok.get("litdata_inproc")
+    for name in ("shardflow_local", *(f"shardflow_local{s}" for s in CODECS)):
+        r = ok.get(name)
+        if r and lit:
+            key = name.removeprefix("shardflow_local").lstrip("_") or "zstd"
+            summary[f"codec_{key}_x_litdata"] = r["mtok_per_s"] / lit["mtok_per_s"]
+            summary[f"codec_{key}_after_first_x_litdata"] = (
+                r["after_first_mtok_per_s"] / lit["after_first_mtok_per_s"])
+            summary[f"codec_{key}_cpu_x_litdata"] = r["cpu_s_per_gtok"] / lit["cpu_s_per_gtok"]
+            if r.get("x_zstd_bytes") is not None:
+                summary[f"codec_{key}_x_zstd_bytes"] = r["x_zstd_bytes"]
     cached, local = ok.get("shardflow_s3_cached"), ok.get("shardflow_local")
     if cached and local:
         summary["s3_cached_x_local"] = cached["mtok_per_s"] / local["mtok_per_s"]
@@ -871,6 +910,10 @@ def main() -> int:
                              "streaming from the same S3 server, cold, beside the local runs; "
                              "--runs interleaved rounds, a fresh process per epoch; results in "
                              "loader_throughput_s3.json")
+    parser.add_argument("--codecs", action="store_true",
+                        help="only the shard codecs (CODEC_CONFIGS): the local default over "
+                             "zstd, lz4 and uncompressed shards beside litdata in-process, 50 M "
+                             "tokens, 5 interleaved rounds; loader_throughput_codecs.json")
     parser.add_argument("--workers-sweep", action="store_true",
                         help="only shardflow_local with 0, 2 and 4 DataLoader workers")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -890,6 +933,8 @@ def main() -> int:
         n_tokens, runs, configs, rounds = 200_000_000, 5, CONFIGS, False
     if args.s3:
         runs, configs, rounds = 3, S3_CONFIGS, True
+    if args.codecs:
+        runs, configs = 5, CODEC_CONFIGS
     if args.quick:
         n_tokens, runs, configs = 10_000_000, 2, QUICK_CONFIGS
     n_tokens = int(args.tokens) if args.tokens else n_tokens
@@ -919,6 +964,7 @@ def main() -> int:
         server.stop()
         shutil.rmtree(args.workdir / f"data-{n_tokens}", ignore_errors=True)
     name = ("loader_throughput_quick" if args.quick else "loader_throughput_s3" if args.s3
+            else "loader_throughput_codecs" if args.codecs
             else "loader_throughput" if args.full else "loader_throughput_default")
     previous = RESULTS / f"{name}.json"
     if args.update and previous.exists():
@@ -926,12 +972,21 @@ def main() -> int:
         if (old["tokens"], old["runs"]) != (n_tokens, runs):
             raise SystemExit(f"{previous} has {old['tokens']} tokens x {old['runs']} runs")
         results = {**old["configs"], **results}
+    zstd_bytes = spec["dataset_bytes"].get("shardflow_local")
+    for config, size in spec["dataset_bytes"].items():
+        if config in results and "error" not in results[config]:
+            results[config]["dataset_bytes"] = size
+            if zstd_bytes:
+                results[config]["x_zstd_bytes"] = size / zstd_bytes
     summary = summarise(results)
     print()
+    for config, size in spec["dataset_bytes"].items():
+        print(f"  dataset {config:22} {size / 1e6:8.1f} MB")
     print_table(results, summary)
     out = {"tokens": n_tokens, "samples": spec["samples"], "shards": spec["shards"],
            "batch": BATCH, "seq_len": SEQ, "runs": runs, "backend": server.backend,
-           "write_s": spec["write_s"], "configs": results, "summary": summary,
+           "write_s": spec["write_s"], "dataset_bytes": spec["dataset_bytes"],
+           "configs": results, "summary": summary,
            "wall_s": time.perf_counter() - t_start}
     path = write_results(name, out)
     plot(results, summary, RESULTS / f"{name}.png")
