@@ -10,7 +10,8 @@ Loaders measured (``CONFIGS`` below; medians over ``--runs`` full epochs, warm p
 - ``shardflow_local`` / ``shardflow_s3``: ``build_dataloader(url, 8, 2048)`` with its DEFAULT
   settings (in-process, one batch thread, read-ahead thread pool), from local disk and from a
   real S3 server on loopback (MinIO or SeaweedFS, ``loopback_s3``).
-- ``shardflow_local_lz4`` / ``shardflow_local_none``: the local default over the same tokens
+- ``shardflow_local_lz4`` / ``shardflow_local_none`` (and ``shardflow_s3_lz4`` / ``_none``
+  in ``--codecs``): the default loader over the same tokens
   written with the pipeline's ``--shard-compression lz4`` / ``none`` instead of zstd (larger
   shards, no zstd decompression: ~480 us of CPU per 512 KiB row group); the results give each
   local dataset's bytes (``dataset_bytes``, ``x_zstd_bytes``).
@@ -62,7 +63,7 @@ Peers are installed without their dependency trees (see ``_install_stand_ins``):
     python benchmarks/loader_throughput.py            # ~200 M tokens, 5 runs
     python benchmarks/loader_throughput.py --quick    # ~10 M tokens, 2 runs, under a minute
     python benchmarks/loader_throughput.py --s3 --runs 3   # the S3 comparison, ~6 minutes
-    python benchmarks/loader_throughput.py --codecs   # local: zstd, lz4, none vs litdata, ~2 min
+    python benchmarks/loader_throughput.py --codecs   # zstd, lz4, none vs litdata, ~3 min
 """
 
 from __future__ import annotations
@@ -107,9 +108,10 @@ S3_CONFIGS = ("shardflow_local", "shardflow_s3", "shardflow_s3_cached", "shardfl
 #: rounds, each a fresh process timed from its start (imports included)
 DEFAULT_CONFIGS = ("shardflow_local", "shardflow_local_lz4", "shardflow_local_none",
                    "litdata_inproc", "shardflow_s3", "litdata_s3", "litdata_s3_boto3")
-#: the shard codecs (pipeline --shard-compression) beside litdata, local only (--codecs)
+#: the shard codecs (pipeline --shard-compression) beside litdata, local and from S3 (--codecs)
 CODEC_CONFIGS = ("shardflow_local", "shardflow_local_lz4", "shardflow_local_none",
-                 "litdata_inproc")
+                 "litdata_inproc", "shardflow_s3", "shardflow_s3_lz4", "shardflow_s3_none",
+                 "litdata_s3_boto3")
 #: a local Shardflow config's suffix -> the codec its dataset's shards are written with
 CODECS = {"_lz4": "lz4", "_none": "none"}
 QUICK_CONFIGS = ("shardflow_local", "shardflow_s3", "shardflow_s3_cached", "pyarrow_rowgroups",
@@ -313,11 +315,12 @@ def _make_source(config: str, spec: dict[str, Any]) -> Callable[[], Iterator[Any
         from loaders import build_dataloader
 
         url, options = spec["s3_url"], spec["s3_options"]
+        where = "s3_url"
         if config.startswith("shardflow_local"):
-            url, options = spec["local_url"], None
-            for suffix, codec in CODECS.items():
-                if config.endswith(suffix):
-                    url = spec[f"local_url_{codec}"]
+            url, options, where = spec["local_url"], None, "local_url"
+        for suffix, codec in CODECS.items():
+            if config.endswith(suffix):
+                url = spec[f"{where}_{codec}"]
         extra: dict[str, Any] = {}
         if config.endswith("_cached"):  # epoch 1 fills the local disk cache, later ones hit it
             extra["cache_dir"] = tempfile.mkdtemp(prefix="shardflow-cache-")
@@ -675,6 +678,12 @@ def prepare(workdir: Path, n_tokens: int, server: Any,
         steps.append(("shardflow s3", lambda: write_token_dataset(
             ReplicaSet.from_urls([spec["s3_url"]], bucket.storage_options), tokens, shards)))
     for suffix, codec in CODECS.items():
+        if f"shardflow_s3{suffix}" in configs:
+            spec[f"s3_url_{codec}"] = url = f"{bucket.url}/ds_{codec}"
+            steps.append((f"shardflow s3 {codec}", lambda url=url, codec=codec:
+                          write_token_dataset(ReplicaSet.from_urls(
+                              [url], bucket.storage_options), tokens, shards,
+                              compression=codec)))
         if f"shardflow_local{suffix}" in configs:
             spec[f"local_url_{codec}"] = url = str(data / f"shardflow_{codec}")
             steps.append((f"shardflow local {codec}", lambda url=url, codec=codec:
@@ -784,6 +793,18 @@ def summarise(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
             summary[f"codec_{key}_cpu_x_litdata"] = r["cpu_s_per_gtok"] / lit["cpu_s_per_gtok"]
             if r.get("x_zstd_bytes") is not None:
                 summary[f"codec_{key}_x_zstd_bytes"] = r["x_zstd_bytes"]
+    s3_peer = ok.get("litdata_s3_boto3")
+    for name in ("shardflow_s3", *(f"shardflow_s3{s}" for s in CODECS)):
+        r = ok.get(name)
+        if r and s3_peer and any(f"shardflow_s3{s}" in ok for s in CODECS):
+            key = name.removeprefix("shardflow_s3").lstrip("_") or "zstd"
+            summary[f"s3_codec_{key}_x_litdata_boto3"] = r["mtok_per_s"] / s3_peer["mtok_per_s"]
+            summary[f"s3_codec_{key}_after_first_x_litdata_boto3"] = (
+                r["after_first_mtok_per_s"] / s3_peer["after_first_mtok_per_s"])
+            summary[f"s3_codec_{key}_cpu_x_litdata_boto3"] = (
+                r["cpu_s_per_gtok"] / s3_peer["cpu_s_per_gtok"])
+            if r.get("server_cpu_s_per_gtok") is not None:
+                summary[f"s3_codec_{key}_server_cpu_s_per_gtok"] = r["server_cpu_s_per_gtok"]
     cached, local = ok.get("shardflow_s3_cached"), ok.get("shardflow_local")
     if cached and local:
         summary["s3_cached_x_local"] = cached["mtok_per_s"] / local["mtok_per_s"]
@@ -911,9 +932,10 @@ def main() -> int:
                              "--runs interleaved rounds, a fresh process per epoch; results in "
                              "loader_throughput_s3.json")
     parser.add_argument("--codecs", action="store_true",
-                        help="only the shard codecs (CODEC_CONFIGS): the local default over "
-                             "zstd, lz4 and uncompressed shards beside litdata in-process, 50 M "
-                             "tokens, 5 interleaved rounds; loader_throughput_codecs.json")
+                        help="only the shard codecs (CODEC_CONFIGS): the default loader over "
+                             "zstd, lz4 and uncompressed shards beside litdata, local and from "
+                             "S3 cold, 50 M tokens, 5 interleaved rounds; "
+                             "loader_throughput_codecs.json")
     parser.add_argument("--workers-sweep", action="store_true",
                         help="only shardflow_local with 0, 2 and 4 DataLoader workers")
     parser.add_argument("--child", help=argparse.SUPPRESS)
