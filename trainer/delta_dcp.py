@@ -121,12 +121,7 @@ class BaseCheckpoint:
         if info.length > expected + _ZIP_SLACK:
             raise DeltaError(f"{source}: the base's chunk {index.fqn!r} is {info.length:,} "
                              f"bytes for {expected:,} bytes of data")
-        f = self._files.get(info.relative_path)
-        if f is None:
-            f = self._files[info.relative_path] = self.loc.fs.open(
-                self.loc.path(info.relative_path), "rb")
-        f.seek(info.offset)
-        blob = f.read(info.length)
+        blob = self._read(info)
         if len(blob) != info.length:
             raise DeltaError(f"{source}: truncated (chunk {index.fqn!r} wants {info.length} "
                              f"bytes at {info.offset})")
@@ -150,13 +145,18 @@ class BaseCheckpoint:
             return None
         if info.length > MAX_VALUE_BYTES:
             return None
+        blob = self._read(info)
+        return blob if len(blob) == info.length else None
+
+    def _read(self, info: Any) -> bytes:
+        """``info.length`` bytes at ``info.offset`` of the base's file (kept open), or fewer
+        where the file ends."""
         f = self._files.get(info.relative_path)
         if f is None:
             f = self._files[info.relative_path] = self.loc.fs.open(
                 self.loc.path(info.relative_path), "rb")
         f.seek(info.offset)
-        blob = f.read(info.length)
-        return blob if len(blob) == info.length else None
+        return f.read(info.length)
 
     def close(self) -> None:
         for f in self._files.values():
