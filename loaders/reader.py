@@ -37,6 +37,7 @@ from loaders.cache import ChunkCache
 from loaders.row_groups import RowGroupIndex
 from storage import (
     ChecksumMismatchError,
+    IndexFormatError,
     ManifestError,
     ReplicaSet,
     tokens,
@@ -256,6 +257,11 @@ class TokenReader(ProcessLocal):
                                            metadata=meta))
             table = parquet.read_row_group(gi, columns=["input_ids"], use_threads=False)
             out[g] = tokens.unpack(table.column(0), self.index.encoding)
+            want = int(self.index.starts[g + 1] - self.index.starts[g])
+            if len(out[g]) != want:  # the checksum covers the bytes, not the index's count
+                raise IndexFormatError(
+                    f"{path}: row group {gi} holds {len(out[g]):,} tokens where the index "
+                    f"says {want:,} (a crafted or damaged index; run `storage verify`)")
             if whole is not None:
                 MappedShards.release(whole, start, _end)
         return out

@@ -176,6 +176,20 @@ def test_verify_and_the_loader_agree_on_crafted_indexes(
 _REFERENCE: dict[str, list[list[int]]] = {}
 
 
+def test_an_index_claiming_more_tokens_than_a_row_group_holds_is_refused_by_the_loader(
+        small: Path, tmp_path: Path) -> None:
+    """Found by the property test above in CI: the checksums matched (they cover the bytes),
+    the index's token count did not, and the loader crashed in numpy assembling a short window
+    instead of naming the row group."""
+    ds = tmp_path / "ds"
+    shutil.copytree(small, ds)
+    craft(ds, {"tokens": {0: 5000}}, fix_totals=True)
+    with pytest.raises(IndexFormatError, match=r"row group 0 holds [\d,]+ tokens where the "
+                       r"index says 5,000"):
+        _samples(ds)
+    assert not verify(ReplicaSet.from_urls([str(ds)])).ok
+
+
 def test_a_2_gib_sparse_shard_verifies_in_bounded_memory(small: Path, tmp_path: Path) -> None:
     """The index claims a 2 GiB shard (sparse on disk): verify streams it all, hashing in
     chunks, and finds the checksum wrong, with a small RSS growth."""
