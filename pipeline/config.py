@@ -64,7 +64,7 @@ class PipelineConfig:
     files_per_partition: int = _f(PACK_MAX_FILES, "pack up to this many consecutive small "
                                   "files (each under the partition size) into one partition, "
                                   "task and shard, up to ~the partition size; 1: a partition "
-                                  "never spans files")
+                                  "never spans files", manifest=False)  # see for_manifest
     max_record_bytes: int = _f(DEFAULT_MAX_RECORD_BYTES, "records (lines, paragraphs, fields) "
                                "larger than this are quarantined as record_too_large")
     strict: bool = _f(False, "stop at the first bad record, naming file and line, instead of "
@@ -261,6 +261,8 @@ class PipelineConfig:
             out["inputs_from"] = display_url(self.inputs_from)
         if self.shard_compression != DEFAULT_CODEC:  # the same
             out["shard_compression"] = self.shard_compression
+        if self.files_per_partition != PACK_MAX_FILES:  # the same: a rerun of files too big
+            out["files_per_partition"] = self.files_per_partition  # to pack finds its work
         if self.web_config is not None:  # the same: recorded only when used
             out.update({k: d[k] for k in _WEB_FIELDS})
         return out

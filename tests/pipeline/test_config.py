@@ -108,3 +108,11 @@ def test_config_errors_are_clear(tmp_path: Path, capsys: pytest.CaptureFixture[s
     # the config's own checks (__post_init__) also end in one line, not a traceback
     assert "MIN:MAX" in _fails(capsys, "--adapt", "3")
     assert "dedup" in _fails(capsys, "--dedup", "fuzzy")
+
+
+def test_packing_is_recorded_only_when_not_the_default() -> None:
+    """As --inputs-from and --shard-compression: a manifest of files too big to pack is the
+    same bytes as before packing existed (a rerun is 'unchanged' and finds its work, whose
+    keys hash this record), and a run that asked for other packing says so."""
+    assert "files_per_partition" not in PipelineConfig().for_manifest()
+    assert PipelineConfig(files_per_partition=1).for_manifest()["files_per_partition"] == 1
