@@ -10,8 +10,9 @@ read once per pass of the plan over it, and memory holds only the groups in use 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Generator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 
 import numpy as np
 
@@ -108,17 +109,27 @@ class PrefetchingWindows:
         group = max(1.0, index.total_tokens / len(index) * itemsize)
         return max(self.coalesce_window, int(self.readahead_bytes // group) - self.lookahead)
 
-    def _timed_fetch(self, unit: list[int], level: int, nbytes: int) -> dict[int, np.ndarray]:
+    def _fetch_unit(self, unit: list[int], futures: dict[int, Future[np.ndarray]],
+                    level: int | None, nbytes: int) -> None:
+        """Fetch ``unit`` on a read thread, settling each group's future as it is decoded
+        (the first group of a dozen-group unit is ready after its own decode, not the
+        unit's); a failure settles every group still pending. ``level``: the coalescing
+        level the unit was planned at, timed for :class:`loaders.coalesce.AdaptiveWindow`."""
         t0 = time.perf_counter()
-        out = self.reader.fetch_groups(unit)
-        self._done.append((level, nbytes, time.perf_counter() - t0))  # list.append: atomic
-        return out
+        try:
+            self.reader.fetch_groups(unit, lambda g, arr: _settle(futures[g], arr, None))
+        except BaseException as exc:  # noqa: BLE001  (handed to the consumer, raised there)
+            for fut in futures.values():
+                _settle(fut, None, exc)
+            return
+        if level is not None:
+            self._done.append((level, nbytes, time.perf_counter() - t0))  # list.append: atomic
 
-    def _arrival(self, fut: Future[dict[int, np.ndarray]], g: int) -> np.ndarray:
+    def _arrival(self, fut: Future[np.ndarray]) -> np.ndarray:
         if fut.done():
-            return fut.result()[g]
+            return fut.result()
         t0 = time.perf_counter()
-        arr = fut.result()[g]
+        arr = fut.result()
         self.wait_s += time.perf_counter() - t0
         return arr
 
@@ -162,7 +173,8 @@ class PrefetchingWindows:
         group_start = dict(zip(order, reader.index.starts[by_group].tolist(), strict=True))
         firsts, lasts, needs = first.tolist(), last.tolist(), need.tolist()
         starts = self.starts.tolist()
-        resident: dict[int, Future[dict[int, np.ndarray]]] = {}
+        resident: dict[int, Future[np.ndarray]] = {}
+        tasks: deque[Future[None]] = deque()  # the read threads' unit tasks not yet finished
         ready: dict[int, np.ndarray] = {}  # decoded groups already taken from their future
         next_fetch, n_order, lookahead = 0, len(order), self.lookahead
         with ThreadPoolExecutor(self.threads, thread_name_prefix="shardflow-read") as pool:
@@ -180,20 +192,23 @@ class PrefetchingWindows:
                         next_fetch += 1
                         if unit is None:
                             continue
+                        futures: dict[int, Future[np.ndarray]] = {g: Future() for g in unit}
                         if planner is None:
-                            fut = pool.submit(reader.fetch_groups, unit)
+                            level, span = None, 0
                         else:
+                            level = window.level
                             span = (max(int(offset[g] + length[g]) for g in unit)
                                     - min(int(offset[g]) for g in unit))
-                            fut = pool.submit(self._timed_fetch, unit, window.level, span)
-                        for g in unit:
-                            resident[g] = fut
+                        while tasks and tasks[0].done():
+                            tasks.popleft()
+                        tasks.append(pool.submit(self._fetch_unit, unit, futures, level, span))
+                        resident.update(futures)
                         self.max_resident = max(self.max_resident, len(resident))
                     start, a, b = starts[i], firsts[i], lasts[i]
                     if a == b:  # the window lies in one row group: all but ~1 % of samples
                         arr = ready.get(a)
                         if arr is None:
-                            arr = ready[a] = self._arrival(resident[a], a)
+                            arr = ready[a] = self._arrival(resident[a])
                         if last_use[a] == i:
                             del resident[a], ready[a]
                         lo = start - group_start[a]
@@ -203,7 +218,7 @@ class PrefetchingWindows:
                     for g in range(a, b + 1):
                         arr = ready.get(g)
                         if arr is None:
-                            arr = ready[g] = self._arrival(resident[g], g)
+                            arr = ready[g] = self._arrival(resident[g])
                         lo = start - group_start[g]
                         parts.append(arr[max(lo, 0):lo + width])
                         if last_use[g] == i:
@@ -215,5 +230,17 @@ class PrefetchingWindows:
                     assert len(window) == width
                     yield window
             finally:
-                for fut in resident.values():
-                    fut.cancel()
+                for task in tasks:  # units not started yet are dropped; running ones finish
+                    task.cancel()
+
+
+def _settle(fut: Future[np.ndarray], arr: np.ndarray | None,
+            exc: BaseException | None) -> None:
+    """Give a group's future its tokens (or the unit's failure) unless it is settled already."""
+    try:
+        if exc is None:
+            fut.set_result(arr)  # type: ignore[arg-type]
+        elif not fut.done():
+            fut.set_exception(exc)
+    except InvalidStateError:  # settled already (the unit failed after delivering it)
+        pass

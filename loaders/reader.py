@@ -27,6 +27,7 @@ import mmap
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -184,7 +185,9 @@ class TokenReader(ProcessLocal):
             self.groups_read += groups
             self.requests += 1
 
-    def fetch_groups(self, groups: list[int]) -> dict[int, np.ndarray]:
+    def fetch_groups(self, groups: list[int],
+                     deliver: Callable[[int, np.ndarray], None] | None = None
+                     ) -> dict[int, np.ndarray]:
         """Fetch, verify and decode row groups of ONE shard with as few GETs as possible.
 
         Object stores charge a round trip per request (~10 ms on a loopback SeaweedFS, more
@@ -192,6 +195,10 @@ class TokenReader(ProcessLocal):
         and the footer when it is not cached yet — are merged into one ranged GET (holes up
         to ``HOLE_BYTES``, requests up to ``MAX_REQUEST_BYTES``). Every piece is still checked
         against its own digest, and a mismatch fails the read over to another replica.
+
+        ``deliver(g, tokens)`` is called as each row group is decoded, in the order of
+        ``groups``: a caller waiting for the first one (the first batch from an object store,
+        whose first requests take a dozen row groups each) need not wait for the unit's last.
         """
         shard = int(self.index.shard_of[groups[0]])
         where = self.index.locations(self.store)
@@ -264,6 +271,8 @@ class TokenReader(ProcessLocal):
                     f"says {want:,} (a crafted or damaged index; run `storage verify`)")
             if whole is not None:
                 MappedShards.release(whole, start, _end)
+            if deliver is not None:
+                deliver(g, out[g])
         return out
 
     def _mapped_file(self, shard: int, whole: Any, meta: pq.FileMetaData) -> pq.ParquetFile:
