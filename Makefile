@@ -64,7 +64,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 
-BENCHMARKS := storage_read loader_throughput shuffle_quality io_keeps_pace pipeline_throughput pipeline_s3 shuffle_scale worker_overhead
+BENCHMARKS := storage_read loader_throughput shuffle_quality request_scale io_keeps_pace pipeline_throughput pipeline_s3 shuffle_scale worker_overhead
 
 bench: bench-peers
 	for b in $(BENCHMARKS); do $(PY) benchmarks/$$b.py || exit 1; done

@@ -23,11 +23,18 @@ Cost, on rank 0's sequence (what one reader reads):
 - **read-once memory**: the most row groups a reader must hold at once to read each group only
   once (what Shardflow's prefetcher holds: a group from first to last use);
 - **rank's share**: distinct row groups rank 0 reads, over all row groups (ideal: 1/world).
+- **lane span**: for each of rank 0's lanes (every ``batch``-th sample of its sequence), the
+  span of source row groups (max - min + 1) that 1,024 consecutive samples of it draw from,
+  median: how long a lane dwells in one region of the input order (``run_blocks`` trades
+  this for request size; the global batch's mixing above is unchanged by it).
 
 Orders compared:
 
 - ``shardflow lanes (window_blocks=w)``: :func:`loaders.plan.lane_samples` with one lane per
   sample of the global batch (the loader's default), ranks owning contiguous lanes.
+- ``shardflow lanes (window_blocks=2, run_blocks=r)``: the same with ``run_blocks`` (runs of
+  ``r`` consecutive row groups permuted as one, so a rank reads ``r`` neighbours per request
+  from an object store at any dataset size).
 - ``one stream (before, window_blocks=16)``: the previous plan (blocks shuffled, samples
   shuffled within windows of 16 blocks, one global order cut into contiguous rank slices),
   reproduced below; its global batch was the ranks' batches at one step, so it depended on
@@ -62,6 +69,7 @@ SEQ = 2048
 WIDTH = SEQ + 1
 ROW_GROUP_TOKENS = 256 * 1024
 PER_GROUP = ROW_GROUP_TOKENS // WIDTH  # samples per row group
+STRETCH = 1024  # consecutive samples of one lane whose source span is measured
 MDS_SHARD_SAMPLES = 8192
 WINDOW = 64
 BATCH = 8
@@ -113,11 +121,11 @@ def sliced(order: np.ndarray, world: int, batch: int) -> tuple[np.ndarray, np.nd
     return glob, ranks[0]
 
 
-def lanes_order(sizes: np.ndarray, seed: int, window_blocks: int, world: int, batch: int
-                ) -> tuple[np.ndarray, np.ndarray]:
+def lanes_order(sizes: np.ndarray, seed: int, window_blocks: int, world: int, batch: int,
+                run_blocks: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """The loader's plan: (global sequence, rank 0's sequence)."""
     lanes = world * batch
-    params = plan.PlanParams(seed, True, window_blocks)
+    params = plan.PlanParams(seed, True, window_blocks, run_blocks)
     ranks = []
     for r in range(world):
         layout = plan.Layout(lanes, 1, world, r)
@@ -166,8 +174,23 @@ def read_once_peak(group: np.ndarray, n_groups: int) -> int:
     return int(np.cumsum(delta).max())
 
 
+def stretch_span(rank0: np.ndarray, lanes: int, horizon: int = STRETCH) -> float:
+    """Median over rank 0's lanes (every ``lanes``-th sample of its sequence) and their
+    stretches of ``horizon`` consecutive samples: the span of source row groups a stretch
+    draws from (max - min + 1). Small = the lane dwells in one region of the source (the
+    dataset's input order) for that long."""
+    spans = []
+    for lane in range(lanes):
+        g = rank0[lane::lanes].astype(np.int64) // PER_GROUP
+        usable = len(g) // horizon * horizon
+        if usable:
+            w = g[:usable].reshape(-1, horizon)
+            spans.append(w.max(axis=1) - w.min(axis=1) + 1)
+    return float(np.median(np.concatenate(spans))) if spans else float("nan")
+
+
 def quality(glob: np.ndarray, rank0: np.ndarray, n_groups: int, lru: int, k: int,
-            global_batch: int) -> dict[str, float]:
+            global_batch: int, lanes: int = 1) -> dict[str, float]:
     n = len(glob)
     dist = np.abs(np.diff(glob.astype(np.int64))) / n
     group = glob.astype(np.int64) // PER_GROUP  # the loader's grid: no sample spans groups
@@ -193,6 +216,7 @@ def quality(glob: np.ndarray, rank0: np.ndarray, n_groups: int, lru: int, k: int
         "reads_per_group": reads / needed,
         "read_once_peak_groups": read_once_peak(g0, n_groups),
         "rank0_share_of_groups": needed / n_groups,
+        "lane_stretch_span_groups": stretch_span(rank0, lanes),
     }
 
 
@@ -204,6 +228,9 @@ def orders(n_samples: int, n_groups: int, seed: int, world: int, batch: int
     for wb in (1, 2, 4, 16):
         out[f"shardflow lanes (window_blocks={wb})"] = lanes_order(sizes, seed, wb, world,
                                                                    batch)
+    for rb in (8, 32):  # request-sized runs for object stores (loaders.permute.RunPermutation)
+        out[f"shardflow lanes (window_blocks=2, run_blocks={rb})"] = lanes_order(
+            sizes, seed, 2, world, batch, rb)
     out["one stream (before, window_blocks=16)"] = sliced(one_stream_order(sizes, seed, 0, 16),
                                                           world, batch)
     for blk in (1 << 18, 1 << 14):
@@ -265,21 +292,22 @@ def main() -> int:
                                "row_group_tokens": ROW_GROUP_TOKENS, "seq_len": SEQ,
                                "world": args.world, "batch": args.batch,
                                "lru": args.lru, "k": args.k, "window": WINDOW, "orders": {}}
-    head = (f"{'order':38} {'dist med':>9} {'dist mean':>9} {'distinct/64':>11} "
+    head = (f"{'order':50} {'dist med':>9} {'dist mean':>9} {'distinct/64':>11} "
             f"{'>' + str(args.k):>6} {'dup share':>9} {'reads/group':>11} {'read-once':>9} "
-            f"{'rank share':>10}")
+            f"{'rank share':>10} {'lane span':>12}")
     print(head)
     print("-" * len(head))
     for name, (glob, rank0) in orders(n_samples, n_groups, args.seed, args.world,
                                       args.batch).items():
         t0 = time.perf_counter()
-        q = quality(glob, rank0, n_groups, args.lru, args.k, global_batch)
+        q = quality(glob, rank0, n_groups, args.lru, args.k, global_batch, args.batch)
         results["orders"][name] = q
-        print(f"{name:38} {q['neighbour_distance_median']:9.4f} "
+        print(f"{name:50} {q['neighbour_distance_median']:9.4f} "
               f"{q['neighbour_distance_mean']:9.4f} {q['window_distinct_groups_mean']:11.1f} "
               f"{q[f'window_frac_over_{args.k}_groups']:6.2f} "
               f"{q['batch_share_sharing_a_group']:9.3f} {q['reads_per_group']:11.2f} "
-              f"{q['read_once_peak_groups']:9d} {q['rank0_share_of_groups']:10.3f}"
+              f"{q['read_once_peak_groups']:9d} {q['rank0_share_of_groups']:10.3f} "
+              f"{q['lane_stretch_span_groups']:12.0f}"
               f"   ({time.perf_counter() - t0:.1f} s)")
     name = "shuffle_quality_quick" if args.quick else "shuffle_quality"
     path = write_results(name, results)

@@ -54,7 +54,7 @@ from typing import Protocol
 
 import numpy as np
 
-from loaders.permute import Feistel, hash32
+from loaders.permute import Feistel, RunPermutation, hash32
 
 _BLOCK_DOMAIN = 0x5EED_F10
 _SHUFFLE_DOMAIN = 0x5EED_F11
@@ -112,16 +112,38 @@ class PlanParams:
     seed: int = 0
     shuffle: bool = True
     window_blocks: int = DEFAULT_WINDOW_BLOCKS
+    #: consecutive blocks the permutation moves as one (:class:`loaders.permute.
+    #: RunPermutation`): 1 = every block on its own (the default, and the order of every
+    #: earlier version); ``k`` = a rank reads ``k`` neighbouring row groups with one request
+    #: from an object store at any dataset size, its lanes staying ``k`` blocks in one region
+    run_blocks: int = 1
 
 
-def block_permutation(n_blocks: int, params: PlanParams, epoch: int) -> Feistel | None:
-    """The epoch's permutation of blocks (``None``: the identity, when not shuffling)."""
+def block_permutation(n_blocks: int, params: PlanParams,
+                      epoch: int) -> Feistel | RunPermutation | None:
+    """The epoch's permutation of blocks (``None``: the identity, when not shuffling). With
+    ``run_blocks > 1`` its domain is padded to whole runs (``perm.n >= n_blocks``; images
+    ``>= n_blocks`` are empty slots)."""
     if not params.shuffle:
         return None
-    return Feistel(n_blocks, (_BLOCK_DOMAIN, params.seed, epoch))
+    key = (_BLOCK_DOMAIN, params.seed, epoch)
+    if params.run_blocks > 1:
+        return RunPermutation(n_blocks, params.run_blocks, key)
+    return Feistel(n_blocks, key)
 
 
-def _scan(sizes: np.ndarray, perm: Feistel | None, lo: int, hi: int, window: int,
+def _sizes_of(sizes: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """``sizes[g]``, 0 for the empty slots ``g >= len(sizes)`` of a run-padded permutation."""
+    if not len(g) or int(g.max()) < len(sizes):
+        return sizes[g]
+    out = np.zeros(len(g), dtype=sizes.dtype)
+    real = g < len(sizes)
+    out[real] = sizes[g[real]]
+    return out
+
+
+def _scan(sizes: np.ndarray, perm: Feistel | RunPermutation | None, lo: int, hi: int,
+          window: int,
           chunk: int = CHUNK, total: int | None = None,
           backward: bool | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The permuted blocks overlapping positions ``[lo, hi)``, and the window starts inside.
@@ -133,7 +155,7 @@ def _scan(sizes: np.ndarray, perm: Feistel | None, lo: int, hi: int, window: int
     until ``lo`` is, so no rank scans more than half the blocks (and its own). A chunk wholly
     outside ``[lo, hi)`` is only summed. ``backward`` forces a direction (tests).
     """
-    n = len(sizes)
+    n = perm.n if perm is not None else len(sizes)  # run-padded: empty slots count as blocks
     if total is None:
         total = int(np.asarray(sizes).sum(dtype=np.int64))
     if backward is None:
@@ -154,7 +176,7 @@ def _scan(sizes: np.ndarray, perm: Feistel | None, lo: int, hi: int, window: int
         for i0 in range(0, n, chunk):
             idx = np.arange(i0, min(i0 + chunk, n), dtype=np.int64)
             g = perm(idx) if perm is not None else idx
-            s = sizes[g]
+            s = _sizes_of(sizes, g)
             part = int(s.sum(dtype=np.int64))
             if carry + part >= lo:  # else every block of the chunk ends before the range
                 take(idx, g, s, carry)
@@ -166,7 +188,7 @@ def _scan(sizes: np.ndarray, perm: Feistel | None, lo: int, hi: int, window: int
         for i1 in range(n, 0, -chunk):
             idx = np.arange(max(0, i1 - chunk), i1, dtype=np.int64)
             g = perm(idx) if perm is not None else idx
-            s = sizes[g]
+            s = _sizes_of(sizes, g)
             before = carry - int(s.sum(dtype=np.int64))
             if before < hi:  # else every block of the chunk starts past the range
                 take(idx, g, s, before)

@@ -121,9 +121,12 @@ class GroupPlan:
 
     def plan_identity(self) -> dict[str, Any]:
         p = self.settings.plan
-        return {"n_samples": self.n_samples, "seq_len": self.seq_len, "seed": p.seed,
-                "shuffle": p.shuffle, "window_blocks": p.window_blocks,
-                "row_groups": len(self.group_samples)}
+        identity = {"n_samples": self.n_samples, "seq_len": self.seq_len, "seed": p.seed,
+                    "shuffle": p.shuffle, "window_blocks": p.window_blocks,
+                    "row_groups": len(self.group_samples)}
+        if p.run_blocks != 1:  # absent = 1: states saved before the setting existed still load
+            identity["run_blocks"] = p.run_blocks
+        return identity
 
     def lane_length(self, lanes: int) -> int:
         return plan.lane_length(self.n_samples, lanes)

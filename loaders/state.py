@@ -15,6 +15,8 @@ from typing import Any
 from loaders.plan import Progress
 
 STATE_VERSION = 2
+#: plan settings a state records only when they differ from these (what an absent key means)
+PLAN_DEFAULTS: dict[str, Any] = {"run_blocks": 1}
 
 
 class LoaderStateError(ValueError):
@@ -70,8 +72,14 @@ def check_state(state: dict[str, Any], plan: dict[str, Any]) -> Progress:
     theirs = state.get("plan", {})
     if not isinstance(theirs, dict):
         raise LoaderStateError(f"loader state field 'plan' is {theirs!r:.40}, not a dict")
-    diff = [f"{k}: saved {theirs.get(k)!r}, now {plan[k]!r}" for k in sorted(plan)
-            if theirs.get(k) != plan[k]]
+    # Both sides' keys: a setting recorded only when not its default is absent on one side
+    # when the two differ (and absent from every state saved before it existed).
+    def value(side: dict[Any, Any], k: Any) -> Any:
+        return side.get(k, PLAN_DEFAULTS.get(k))
+
+    diff = [f"{k}: saved {value(theirs, k)!r}, now {value(plan, k)!r}"
+            for k in sorted(set(plan) | set(theirs), key=str)
+            if value(theirs, k) != value(plan, k)]
     if diff:
         hint = (" (lanes default to the global batch size: pass lanes= to keep the saved "
                 "plan)") if any(d.startswith("lanes") for d in diff) else ""

@@ -42,6 +42,7 @@ def build_loader(
     cache_dir: str | None = None,
     cache_bytes: int | None = None,
     global_batch_size: int | None = None,
+    run_blocks: int = 1,
 ) -> EpochLoader:
     """The real streaming loader for this rank (``loaders.build_dataloader``). Batches carry
     ``sample_id`` so that each rank can log which samples it trained on (a resume is checked
@@ -58,7 +59,8 @@ def build_loader(
     return build_dataloader(
         url, batch_size, seq_len, num_workers=num_workers, seed=seed, shuffle=True,
         rank=rank, world_size=world_size, storage_options=storage_options,
-        global_batch_size=global_batch_size, return_sample_id=True, batch_thread=True, **cache,
+        global_batch_size=global_batch_size, return_sample_id=True, batch_thread=True,
+        run_blocks=run_blocks, **cache,
     )
 
 

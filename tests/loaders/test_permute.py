@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loaders.permute import Feistel, hash32, seed_state
+from loaders.permute import Feistel, RunPermutation, hash32, seed_state
 
 keys = st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=3)
 
@@ -19,6 +19,22 @@ def test_feistel_is_a_bijection_with_its_inverse(n: int, key: list[int]) -> None
     assert sorted(image.tolist()) == list(range(n))  # brute force: every index once
     assert f.inverse(image).tolist() == list(range(n))
     assert f.inverse(np.arange(n))[image].tolist() == list(range(n)) if n else True
+
+
+@settings(max_examples=200)
+@given(st.integers(0, 3000), st.integers(1, 9), keys)
+def test_run_permutation_moves_whole_runs_and_pads_only_the_last(blocks: int, run: int,
+                                                                 key: list[int]) -> None:
+    p = RunPermutation(blocks, run, key)
+    assert p.n % run == 0 and blocks <= p.n < blocks + run
+    image = p(np.arange(p.n))
+    assert sorted(image.tolist()) == list(range(p.n))  # a bijection of the padded domain
+    assert p.inverse(image).tolist() == list(range(p.n))
+    runs = image.reshape(-1, run)  # each run of indices is a run of consecutive blocks
+    assert (runs[:, 0] % run == 0).all() and (np.diff(runs, axis=1) == 1).all()
+    assert np.array_equal(runs[:, 0] // run, Feistel(p.runs, key)(np.arange(p.runs)))
+    if run == 1:
+        assert np.array_equal(image, Feistel(blocks, key)(np.arange(blocks)))
 
 
 @given(st.integers(2, 3000), keys, st.data())

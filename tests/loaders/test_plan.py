@@ -13,20 +13,27 @@ from loaders.plan import Layout, PlanParams, Progress
 size_lists = st.lists(st.integers(0, 40), min_size=0, max_size=40)
 seeds = st.integers(0, 2**32 - 1)
 windows = st.integers(1, 6)
+runs = st.integers(1, 4)  # run_blocks: 1 = every block on its own
 
 
 def reference(sizes: list[int], params: PlanParams, epoch: int, lanes: int) -> np.ndarray:
     """The whole epoch, built the obvious way (global order first): ``[lanes, m]``."""
     g_count = len(sizes)
     first = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    run = params.run_blocks
     if params.shuffle and g_count:
-        perm = Feistel(g_count, (plan._BLOCK_DOMAIN, params.seed, epoch))(np.arange(g_count))
+        # runs of `run` consecutive blocks permuted as one; the last run's missing members
+        # are empty slots (they still count in the windows, as empty blocks do)
+        n_runs = -(-g_count // run)
+        order = Feistel(n_runs, (plan._BLOCK_DOMAIN, params.seed, epoch))(np.arange(n_runs))
+        perm = np.array([r * run + k for r in order.tolist() for k in range(run)])
     else:
         perm = np.arange(g_count)
+    padded = list(sizes) + [0] * (len(perm) - g_count)
     sample_at, window_at, block_starts = [], [], set()
     for i, g in enumerate(perm.tolist()):
         block_starts.add(len(sample_at))
-        for k in range(sizes[g]):
+        for k in range(padded[g]):
             sample_at.append(int(first[g]) + k)
             window_at.append(i // params.window_blocks)
     n = len(sample_at)
@@ -53,10 +60,10 @@ def reference(sizes: list[int], params: PlanParams, epoch: int, lanes: int) -> n
 
 @settings(max_examples=300)
 @given(size_lists, seeds, st.integers(0, 20), st.integers(1, 12), windows, st.booleans(),
-       st.data())
+       runs, st.data())
 def test_any_lane_range_matches_the_brute_force_order(sizes, seed, epoch, lanes, window,
-                                                      shuffle, data) -> None:
-    params = PlanParams(seed, shuffle, window)
+                                                      shuffle, run, data) -> None:
+    params = PlanParams(seed, shuffle, window, run)
     ref = reference(sizes, params, epoch, lanes)
     lo = data.draw(st.integers(0, lanes))
     hi = data.draw(st.integers(lo, lanes))
@@ -74,11 +81,11 @@ def test_windows_that_start_at_an_empty_block_still_cut() -> None:
 
 
 @settings(max_examples=200)
-@given(size_lists, seeds, st.integers(1, 16), windows)
+@given(size_lists, seeds, st.integers(1, 16), windows, runs)
 def test_every_sample_once_per_epoch_bar_fewer_than_lanes_repeats(sizes, seed, lanes,
-                                                                  window) -> None:
+                                                                  window, run) -> None:
     arr = np.array(sizes, dtype=np.int64)
-    whole = plan.lane_samples(arr, PlanParams(seed, True, window), 3, lanes, 0, lanes)
+    whole = plan.lane_samples(arr, PlanParams(seed, True, window, run), 3, lanes, 0, lanes)
     n = int(arr.sum())
     if n == 0:
         assert whole.size == 0
@@ -131,10 +138,10 @@ def _global_batches(sizes, params, lanes, per_lane, world, workers=1, epoch=0):
 
 @settings(max_examples=150)
 @given(size_lists, seeds, st.sampled_from([1, 2, 4, 6, 8, 12]), st.integers(1, 3), windows,
-       st.data())
+       runs, st.data())
 def test_global_batches_do_not_depend_on_world_size_or_workers(sizes, seed, lanes, per_lane,
-                                                               window, data) -> None:
-    params = PlanParams(seed, True, window)
+                                                               window, run, data) -> None:
+    params = PlanParams(seed, True, window, run)
     ref = _global_batches(sizes, params, lanes, per_lane, 1)
     world = data.draw(st.sampled_from(_divisors(lanes)))
     workers = data.draw(st.integers(1, lanes // world))
@@ -281,21 +288,22 @@ def test_layout_rules() -> None:
 
 @settings(max_examples=300)
 @given(st.lists(st.integers(0, 9), max_size=60), seeds, windows, st.integers(1, 9),
-       st.booleans(), st.data())
+       st.booleans(), runs, st.data())
 def test_scan_from_either_end_in_any_chunks_finds_the_range(sizes, seed, window, chunk,
-                                                            shuffle, data) -> None:
+                                                            shuffle, run, data) -> None:
     """The scan over the permuted blocks, forward or backward, in chunks of any size, gives
     the blocks overlapping [lo, hi) and the window starts inside, as one pass over all."""
     arr = np.array(sizes, dtype=np.uint8)
     total = int(arr.sum())
     lo = data.draw(st.integers(0, total))
     hi = data.draw(st.integers(lo, total))
-    perm = plan.block_permutation(len(sizes), PlanParams(seed, shuffle), 0)
-    g = perm(np.arange(len(sizes))) if perm is not None else np.arange(len(sizes))
-    s = arr[g].astype(np.int64)
+    perm = plan.block_permutation(len(sizes), PlanParams(seed, shuffle, 2, run), 0)
+    slots = perm.n if perm is not None else len(sizes)  # run-padded: empty slots at the end
+    g = perm(np.arange(slots)) if perm is not None else np.arange(slots)
+    s = np.concatenate([arr, np.zeros(slots - len(sizes), np.uint8)])[g].astype(np.int64)
     first = np.cumsum(s) - s
     keep = (first + s > lo) & (first < hi) & (s > 0)
-    cut = (np.arange(len(sizes)) % window == 0) & (first >= lo) & (first < hi)
+    cut = (np.arange(slots) % window == 0) & (first >= lo) & (first < hi)
     want = [g[keep], first[keep], s[keep], first[cut]] if keep.any() else [[]] * 4
     for backward in (False, True):
         got = plan._scan(arr, perm, lo, hi, window, chunk, total, backward)

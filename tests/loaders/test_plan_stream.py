@@ -20,10 +20,10 @@ def _divisors(n: int) -> list[int]:
 
 @settings(max_examples=300, deadline=None)
 @given(size_lists, seeds, st.integers(0, 5), st.integers(1, 12), st.integers(1, 6),
-       st.booleans(), st.data())
-def test_columns_are_the_materialised_lanes(sizes, seed, epoch, lanes, window, shuffle,
+       st.booleans(), st.integers(1, 4), st.data())
+def test_columns_are_the_materialised_lanes(sizes, seed, epoch, lanes, window, shuffle, run,
                                             data) -> None:
-    params = PlanParams(seed, shuffle, window)
+    params = PlanParams(seed, shuffle, window, run)
     arr = np.array(sizes, dtype=np.int64)
     lo = data.draw(st.integers(0, lanes))
     hi = data.draw(st.integers(lo, lanes))
@@ -45,12 +45,12 @@ def test_columns_are_the_materialised_lanes(sizes, seed, epoch, lanes, window, s
 
 @settings(max_examples=300, deadline=None)
 @given(size_lists, seeds, st.sampled_from([1, 2, 3, 4, 6, 8, 12]), st.integers(1, 3),
-       st.integers(1, 6), st.booleans(), st.integers(1, 40), st.data())
+       st.integers(1, 6), st.booleans(), st.integers(1, 40), st.integers(1, 4), st.data())
 def test_rank_stream_is_the_sequence(sizes, seed, lanes, per_lane, window, shuffle, chunk,
-                                     data) -> None:
+                                     run, data) -> None:
     """Every world size, rank, batch size, chunk size and resume point (at a step boundary
     or mid-step on the same layout): the stream's chunks concatenate to ``sequence``."""
-    params = PlanParams(seed, shuffle, window)
+    params = PlanParams(seed, shuffle, window, run)
     arr = np.array(sizes, dtype=np.int64)
     world = data.draw(st.sampled_from(_divisors(lanes)))
     rank = data.draw(st.integers(0, world - 1))

@@ -38,3 +38,13 @@ def test_the_loader_is_stateful_and_the_stream_saves_it(tiny_dataset: str) -> No
     fresh = EpochStream(_build(tiny_dataset, global_batch_size=8))
     want = [fresh.next()["sample_id"].tolist() for _ in range(5)]
     assert ids + [again.next()["sample_id"].tolist() for _ in range(2)] == want
+
+
+def test_run_blocks_flag_reaches_the_plan(tiny_dataset: str) -> None:
+    from trainer.config import TrainConfig
+
+    assert TrainConfig.__dataclass_fields__["run_blocks"].default == 1
+    runs = _build(tiny_dataset, run_blocks=3)
+    assert runs.source.settings.plan.run_blocks == 3
+    assert runs.state_dict()["plan"]["run_blocks"] == 3
+    assert "run_blocks" not in _build(tiny_dataset).state_dict()["plan"]

@@ -1,0 +1,146 @@
+"""Requests per billion tokens from an object store, as the dataset grows: the real plan and
+the real request planner, no I/O.
+
+A rank's reads from an object store are *units* (:mod:`loaders.coalesce`): a row group plus
+the row groups of the same shard that the rank uses within the next ``window`` positions of
+its plan, one ranged GET each. On a small dataset a rank's next row groups often share a
+shard, so units are large (``loader_throughput.py``'s 50 M tokens: ~23 GETs an epoch); on a
+large one the block permutation scatters them over thousands of shards and a unit is one row
+group: a GET per ~0.3 MB. ``run_blocks`` (:class:`loaders.permute.RunPermutation`) moves runs
+of that many consecutive row groups as one, so a unit holds a run at any size.
+
+For each dataset size (row groups of 256 Ki tokens at ~1.18 bytes a token, the zstd shards of
+``loader_throughput.py``; shards of ``--groups-per-shard`` row groups, the pipeline's default
+1 GiB partitions) and ``run_blocks``, rank 0 of ``--world`` ranks (``--lanes`` lanes, the
+global batch): its first ``--groups`` row groups in first-use order, cut into units by
+:class:`loaders.coalesce.UnitPlanner` at the largest window the default read-ahead budget
+allows (what :class:`loaders.coalesce.AdaptiveWindow` grows to while the store keeps up).
+Reported: row groups and MB per GET, GETs per billion tokens, against litdata's whole 64 MB
+chunks of int32 tokens (62.5 GETs per billion tokens, whatever the size). The order's cost of
+``run_blocks`` is in ``shuffle_quality.py`` (lane span).
+
+    python benchmarks/request_scale.py          # 2 B .. 1 T tokens, seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.bench_utils import RESULTS, write_results  # noqa: E402
+from loaders import plan  # noqa: E402
+from loaders.coalesce import plan_units  # noqa: E402
+from loaders.prefetch import COALESCE_MAX_BYTES_CAP, READAHEAD_BYTES  # noqa: E402
+
+ROW_GROUP_TOKENS = 256 * 1024
+SEQ = 2048
+BYTES_PER_TOKEN = 1.18  # zstd GPT-2 shards (loader_throughput.py: 59.1 MB for 50 M tokens)
+LITDATA_GETS_PER_GTOK = 1e9 / (64e6 / 4)  # whole 64 MB chunks of int32 tokens: 62.5
+LOOKAHEAD = 16  # loaders.settings.ReadSettings.lookahead_groups
+
+
+def rank_order(n_groups: int, run_blocks: int, lanes: int, world: int, groups: int
+               ) -> list[int]:
+    """Rank 0's row groups in first-use order (its first ``groups`` of them)."""
+    per_group = ROW_GROUP_TOKENS // (SEQ + 1)
+    sizes = np.full(n_groups, per_group, dtype=np.int64)
+    params = plan.PlanParams(0, True, plan.DEFAULT_WINDOW_BLOCKS, run_blocks)
+    lanes_per_rank = lanes // world
+    lane_plan = plan.LanePlan(sizes, params, 0, lanes, 0, lanes_per_rank)
+    order: list[int] = []
+    seen: set[int] = set()
+    step = max(1, groups * per_group // lanes_per_rank // 8)
+    for c0 in range(0, lane_plan.m, step):
+        seq = plan.arrange(lane_plan.columns(c0, min(c0 + step, lane_plan.m)), 1)
+        for g in (seq // per_group).tolist():
+            if g not in seen:
+                seen.add(g)
+                order.append(g)
+        if len(order) >= groups:
+            break
+    return order[:groups]
+
+
+def measure(n_tokens: float, run_blocks: int, args: argparse.Namespace) -> dict[str, Any]:
+    n_groups = max(2, int(n_tokens // ROW_GROUP_TOKENS))
+    group_bytes = int(ROW_GROUP_TOKENS * BYTES_PER_TOKEN)
+    t0 = time.perf_counter()
+    order = rank_order(n_groups, run_blocks, args.lanes, args.world, args.groups)
+    shard_of = np.arange(n_groups, dtype=np.int64) // args.groups_per_shard
+    offset = (np.arange(n_groups, dtype=np.int64) % args.groups_per_shard) * group_bytes
+    length = np.full(n_groups, group_bytes, dtype=np.int64)
+    decoded = ROW_GROUP_TOKENS * 2  # uint16 tokens held per decoded row group
+    window = max(1, READAHEAD_BYTES // decoded - LOOKAHEAD)
+    units = plan_units(order, shard_of, offset, length, window, COALESCE_MAX_BYTES_CAP)
+    per_get = len(order) / len(units)
+    return {"tokens": n_tokens, "row_groups": n_groups, "run_blocks": run_blocks,
+            "window": window, "groups_seen": len(order), "gets": len(units),
+            "groups_per_get": per_get, "mb_per_get": per_get * group_bytes / 1e6,
+            "gets_per_gtok": 1e9 / (per_get * ROW_GROUP_TOKENS),
+            "x_litdata_gets": 1e9 / (per_get * ROW_GROUP_TOKENS) / LITDATA_GETS_PER_GTOK,
+            "seconds": time.perf_counter() - t0}
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for rb in sorted({r["run_blocks"] for r in rows}):
+        mine = [r for r in rows if r["run_blocks"] == rb]
+        ax.plot([r["tokens"] for r in mine], [r["gets_per_gtok"] for r in mine], "o-",
+                label=f"Shardflow, run_blocks={rb}")
+    ax.axhline(LITDATA_GETS_PER_GTOK, color="grey", ls="--", label="litdata (64 MB chunks)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("dataset tokens")
+    ax.set_ylabel("GETs per billion tokens (rank 0)")
+    ax.set_title("object-store requests as the dataset grows")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--world", type=int, default=64, help="ranks")
+    parser.add_argument("--lanes", type=int, default=512, help="lanes (the global batch)")
+    parser.add_argument("--groups", type=int, default=2000,
+                        help="rank 0's first row groups to plan requests for")
+    parser.add_argument("--groups-per-shard", type=int, default=1000)
+    parser.add_argument("--runs", default="1,8,32,64", help="run_blocks values")
+    args = parser.parse_args()
+    sizes = (2e9, 1e10, 1e11, 1e12)
+    rows = []
+    print(f"rank 0 of {args.world} ranks, {args.lanes} lanes; shards of "
+          f"{args.groups_per_shard} row groups; litdata: {LITDATA_GETS_PER_GTOK:.1f} GETs/Gtok")
+    print(f"{'tokens':>8} {'run_blocks':>10} {'groups/GET':>10} {'MB/GET':>7} "
+          f"{'GETs/Gtok':>9} {'x litdata':>9}")
+    for rb in (int(x) for x in args.runs.split(",")):
+        for n in sizes:
+            r = measure(n, rb, args)
+            rows.append(r)
+            print(f"{n:8.0e} {rb:10d} {r['groups_per_get']:10.2f} {r['mb_per_get']:7.2f} "
+                  f"{r['gets_per_gtok']:9.1f} {r['x_litdata_gets']:9.2f}   "
+                  f"({r['seconds']:.1f} s)", flush=True)
+    results = {"world": args.world, "lanes": args.lanes, "groups": args.groups,
+               "groups_per_shard": args.groups_per_shard,
+               "litdata_gets_per_gtok": LITDATA_GETS_PER_GTOK, "rows": rows}
+    path = write_results("request_scale", results)
+    plot(rows, RESULTS / "request_scale.png")
+    print(f"results: {path} and {RESULTS / 'request_scale.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,18 @@
+"""benchmarks/request_scale.py: on a dataset far larger than the read-ahead, a rank's requests
+are one row group each unless runs of row groups are permuted together (run_blocks)."""
+
+from __future__ import annotations
+
+import argparse
+
+from benchmarks.request_scale import measure
+
+
+def test_runs_keep_requests_large_at_scale() -> None:
+    args = argparse.Namespace(world=64, lanes=512, groups=600, groups_per_shard=1000)
+    single = measure(1e11, 1, args)
+    runs = measure(1e11, 16, args)
+    assert single["groups_seen"] == runs["groups_seen"] == 600
+    assert single["groups_per_get"] < 2  # scattered: about a row group per GET
+    assert runs["groups_per_get"] > 8 * single["groups_per_get"]
+    assert runs["gets_per_gtok"] * 8 < single["gets_per_gtok"]
