@@ -14,11 +14,11 @@ not requested from the store at all, and fetched ones are added to it. Which row
 hold, and for how long, is :mod:`loaders.prefetch`'s job.
 
 A shard on a local replica is memory-mapped (:class:`MappedShards`) instead of read: a piece
-is verified in place and pyarrow decodes it straight from the mapping. A piece held in memory
-is decoded through :class:`storage.io.range_file.RangeFile`, a Python file object, and pyarrow
-calls back into Python for its bytes: a hand-off to Arrow's I/O thread and a GIL acquisition
-per row group, which on a loaded host cost a noticeable share of the rate
-(``benchmarks/loader_throughput.py``; figures in benchmarks/README.md).
+is verified in place and pyarrow decodes it straight from the mapping. Pieces fetched from an
+object store are copied, verified, into a shard-sized anonymous mapping that holds only them
+(:func:`_sparse_shard`; untouched pages are never allocated) and decoded from it the same way:
+no Python file object, whose every read pyarrow would call back into Python for (~0.3 ms of CPU
+per row group; ``benchmarks/loader_throughput.py``), and nothing but verified bytes to decode.
 """
 
 from __future__ import annotations
@@ -49,7 +49,6 @@ from storage.format.layout import UnsafePathError
 from storage.io.clients import read_range
 from storage.io.local_paths import check_read
 from storage.io.process_local import ProcessLocal
-from storage.io.range_file import RangeFile
 from storage.io.replicas import InvalidObjectError
 
 __all__ = ["RowGroupIndex", "TokenReader"]
@@ -140,6 +139,19 @@ def _coalesce(pieces: list[tuple[int, int, str, int | None]], hole_bytes: int = 
                 continue
         requests.append([piece])
     return requests
+
+
+def _sparse_shard(size: int, pieces: list[tuple[int, Any]]) -> mmap.mmap:
+    """A shard-sized anonymous mapping holding only ``pieces`` (start, verified bytes) at
+    their offsets: the rest reads as zeros and is never allocated (pages are made on first
+    write), so a shard of any size costs only its pieces' pages, and a footer pointing
+    outside them decodes zeros (an error), never bytes that were not verified."""
+    # MAP_NORESERVE: a 1 GB shard's few pieces should not count 1 GB against overcommit
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0)
+    buf = mmap.mmap(-1, size, flags=flags)
+    for start, data in pieces:
+        buf[start:start + len(data)] = data
+    return buf
 
 
 def _metadata_from_footer(footer: bytes) -> pq.FileMetaData:
@@ -253,16 +265,29 @@ class TokenReader(ProcessLocal):
         if footer is not None:
             self._meta[shard] = _metadata_from_footer(footer)
         meta = self._meta[shard]
+        # Pieces fetched into memory are decoded from one shard-sized sparse copy holding only
+        # them (one Parquet reader for the call): a Python file object serving each row group
+        # cost ~0.3 ms of CPU more per row group (pyarrow calls back into Python for every
+        # read) and made the loader from S3 CPU-bound at ~120 Mtok/s on 2 cores.
+        held = [(start, fetched[start]) for start, _e, _k, g in pieces
+                if g is not None and start not in mapped]
+        sparse = (pq.ParquetFile(pa.BufferReader(pa.py_buffer(_sparse_shard(size, held))),
+                                 metadata=meta) if held else None)
         out = {}
         for start, _end, _sha, g in pieces:
             if g is None:
                 continue
             gi = int(self.index.group_of[g])
             whole = mapped.get(start)
-            parquet = (self._mapped_file(shard, whole, meta) if whole is not None
-                       else pq.ParquetFile(RangeFile(size, start, fetched[start], path),
-                                           metadata=meta))
-            table = parquet.read_row_group(gi, columns=["input_ids"], use_threads=False)
+            parquet = self._mapped_file(shard, whole, meta) if whole is not None else sparse
+            assert parquet is not None
+            try:
+                table = parquet.read_row_group(gi, columns=["input_ids"], use_threads=False)
+            except (pa.ArrowException, OSError) as exc:  # the footer points past its pieces
+                raise IndexFormatError(
+                    f"{path}: row group {gi} does not decode from the bytes the index "
+                    f"locates and verifies ({exc}; a crafted or damaged index or footer: "
+                    "run `storage verify`)") from exc
             out[g] = tokens.unpack(table.column(0), self.index.encoding)
             want = int(self.index.starts[g + 1] - self.index.starts[g])
             if len(out[g]) != want:  # the checksum covers the bytes, not the index's count

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import loaders.reader as reader_module
 from loaders import build_dataloader
 from loaders.cache import LOW_WATER, ChunkCache, Entry, choose_evictions
 from storage import digest_bytes, read_manifest, resolve, shards_of
 from storage.format.checksums import piece_key, piece_matches
+from storage.io.range_file import RangeFile
 
 ROOT = Path(__file__).resolve().parents[2]
 SEQ = 64
@@ -123,7 +123,7 @@ def test_second_epoch_comes_from_the_cache_not_the_store(
 
     # A warm read is a local read: decoded from the mapped cache file, never through a Python
     # file object (which costs a GIL round trip per row group).
-    monkeypatch.setattr(reader_module, "RangeFile", _no_python_file)
+    monkeypatch.setattr(RangeFile, "readinto", _no_python_file)
     assert _same(_epoch(cached, 1), want[1])
     second = cached.metrics()
     assert second["bytes_read"] == first["bytes_read"]  # nothing more from the store

@@ -11,8 +11,10 @@ import pytest
 
 from loaders import build_dataloader
 from loaders.prefetch import REMOTE_IN_FLIGHT, PrefetchingWindows
+from loaders.reader import _sparse_shard
 from storage import ReplicaSet
 from storage.io.clients import CLIENT_ENV, ObstoreS3FileSystem
+from storage.io.range_file import RangeFile
 
 pytest.importorskip("obstore")
 
@@ -34,11 +36,27 @@ def _epoch(url: str, options: dict | None, **kw) -> list[np.ndarray]:
         url, 4, SEQ, storage_options=options, **kw)]
 
 
+def test_sparse_shard_holds_only_its_pieces() -> None:
+    pieces = [(3, b"abc"), (5000, memoryview(b"xyz" * 1000)), (9000, b"\xff")]
+    buf = _sparse_shard(10_000, pieces)
+    data = bytes(buf)
+    assert len(data) == 10_000
+    want = bytearray(10_000)
+    for start, piece in pieces:
+        want[start:start + len(piece)] = piece
+    assert data == bytes(want)  # zeros wherever no verified piece was written
+
+
 def test_obstore_and_s3fs_deliver_the_same_epoch(s3_bucket, monkeypatch, tiny_dataset) -> None:
     url = f"{s3_bucket.url}/ds"
     opts = s3_bucket.storage_options
     _copy(tiny_dataset, ReplicaSet.from_urls([url], opts))
     local = tiny_dataset
+
+    def no_python_file(*args, **kwargs) -> None:  # pyarrow calls back into Python per read
+        raise AssertionError("a fetched piece was decoded through a Python file object")
+
+    monkeypatch.setattr(RangeFile, "readinto", no_python_file)
     monkeypatch.setenv(CLIENT_ENV, "obstore")
     fast = _epoch(url, opts)
     monkeypatch.setenv(CLIENT_ENV, "s3fs")

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import loaders.reader as reader_module
 from loaders import build_dataloader
 from loaders.reader import MappedShards
 from storage import ChecksumMismatchError
+from storage.io.range_file import RangeFile
 
 SEQ = 255
 
@@ -35,11 +35,10 @@ def test_local_reads_decode_from_the_mapping(tiny_dataset, monkeypatch) -> None:
     """No Python file object in the local decode path (each costs a GIL round trip)."""
     want = _epoch(tiny_dataset)
 
-    class NoRangeFile:
-        def __init__(self, *args, **kwargs) -> None:
-            raise AssertionError("a local piece was decoded through a Python file object")
+    def no_python_file(*args, **kwargs) -> None:
+        raise AssertionError("a local piece was decoded through a Python file object")
 
-    monkeypatch.setattr(reader_module, "RangeFile", NoRangeFile)
+    monkeypatch.setattr(RangeFile, "readinto", no_python_file)
     got = _epoch(tiny_dataset)
     assert len(got) == len(want) > 10
     assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
