@@ -480,6 +480,9 @@ def run_child(config: str, spec: dict[str, Any]) -> dict[str, Any]:
             pass
     rss_ready = _status_mb("VmRSS")
     runs = []
+    # the S3 server's CPU over the measured epochs only (not the resume check below, which
+    # reads most of an epoch again, nor a cached config's filling epoch)
+    server0 = _server_cpu_s(spec.get("server_pids", []))
     for _ in range(spec["runs"]):
         cpu0, t0 = _cpu_s(), time.perf_counter()
         tokens = batches = 0
@@ -505,8 +508,10 @@ def run_child(config: str, spec: dict[str, Any]) -> dict[str, Any]:
         if loader is not None:
             run["requests"] = loader.source.metrics().get("requests")
         runs.append(run)
+    server_cpu = _server_cpu_s(spec.get("server_pids", [])) - server0
     out: dict[str, Any] = {
         "runs": runs, "rss_ready_mb": rss_ready, "torch_import_s": torch_import_s,
+        "server_cpu_epochs_s": server_cpu,
         "peak_rss_mb": _status_mb("VmHWM"),
         # The largest reaped DataLoader worker; it counts the pages it shares with this
         # process (torch, the dataset object) as its own.
@@ -591,8 +596,9 @@ def measure(config: str, spec: dict[str, Any], attempts: int = 2) -> dict[str, A
            "first_batch_s": median([r["first_batch_s"] for r in runs])}
     if "resume" in raw:
         out["resume_s"] = median(raw["resume"]["build_load_first_s"])
-    if "_s3" in config:  # the S3 server's own CPU over the whole process (its every epoch)
-        out["server_cpu_s_per_gtok"] = server_cpu / (tokens * len(runs)) * 1e9
+    if "_s3" in config:  # the S3 server's own CPU over the measured epochs
+        out["server_cpu_s_per_gtok"] = raw.get("server_cpu_epochs_s", server_cpu) / (
+            tokens * len(runs)) * 1e9
     for key in ("first_batch_from_start_s", "first_batch_less_torch_s", "epoch_from_start_s"):
         if key in runs[0]:
             out[key] = runs[0][key]

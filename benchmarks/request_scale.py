@@ -80,12 +80,33 @@ def measure(n_tokens: float, run_blocks: int, args: argparse.Namespace) -> dict[
     window = max(1, READAHEAD_BYTES // decoded - LOOKAHEAD)
     units = plan_units(order, shard_of, offset, length, window, COALESCE_MAX_BYTES_CAP)
     per_get = len(order) / len(units)
+    # Footers: a reader fetches each shard's footer once (its Parquet metadata, needed to
+    # decode), with the first request to that shard when it lies within the hole read
+    # through, else as a GET of its own. Over the rank's epoch: one per shard it touches.
+    rank_groups, rank_shards = epoch_share(n_groups, run_blocks, args)
+    data_gets = rank_groups / per_get
+    gtok = rank_groups * ROW_GROUP_TOKENS / 1e9
     return {"tokens": n_tokens, "row_groups": n_groups, "run_blocks": run_blocks,
             "window": window, "groups_seen": len(order), "gets": len(units),
             "groups_per_get": per_get, "mb_per_get": per_get * group_bytes / 1e6,
             "gets_per_gtok": 1e9 / (per_get * ROW_GROUP_TOKENS),
             "x_litdata_gets": 1e9 / (per_get * ROW_GROUP_TOKENS) / LITDATA_GETS_PER_GTOK,
+            "rank_epoch_groups": rank_groups, "rank_epoch_shards": rank_shards,
+            "with_footers_gets_per_gtok": (data_gets + rank_shards) / gtok,
+            "with_footers_x_litdata": (data_gets + rank_shards) / gtok / LITDATA_GETS_PER_GTOK,
             "seconds": time.perf_counter() - t0}
+
+
+def epoch_share(n_groups: int, run_blocks: int, args: argparse.Namespace) -> tuple[int, int]:
+    """Rank 0's row groups over a whole epoch (its contiguous 1/world of the permuted
+    blocks) and the shards they lie in."""
+    params = plan.PlanParams(0, True, plan.DEFAULT_WINDOW_BLOCKS, run_blocks)
+    perm = plan.block_permutation(n_groups, params, 0)
+    assert perm is not None
+    share = -(-perm.n // args.world)
+    groups = perm(np.arange(share, dtype=np.int64))
+    groups = groups[groups < n_groups]
+    return len(groups), len(np.unique(groups // args.groups_per_shard))
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
@@ -125,13 +146,14 @@ def main() -> int:
     print(f"rank 0 of {args.world} ranks, {args.lanes} lanes; shards of "
           f"{args.groups_per_shard} row groups; litdata: {LITDATA_GETS_PER_GTOK:.1f} GETs/Gtok")
     print(f"{'tokens':>8} {'run_blocks':>10} {'groups/GET':>10} {'MB/GET':>7} "
-          f"{'GETs/Gtok':>9} {'x litdata':>9}")
+          f"{'GETs/Gtok':>9} {'x litdata':>9} {'+footers':>9} {'x litdata':>9}")
     for rb in (int(x) for x in args.runs.split(",")):
         for n in sizes:
             r = measure(n, rb, args)
             rows.append(r)
             print(f"{n:8.0e} {rb:10d} {r['groups_per_get']:10.2f} {r['mb_per_get']:7.2f} "
-                  f"{r['gets_per_gtok']:9.1f} {r['x_litdata_gets']:9.2f}   "
+                  f"{r['gets_per_gtok']:9.1f} {r['x_litdata_gets']:9.2f} "
+                  f"{r['with_footers_gets_per_gtok']:9.1f} {r['with_footers_x_litdata']:9.2f}   "
                   f"({r['seconds']:.1f} s)", flush=True)
     results = {"world": args.world, "lanes": args.lanes, "groups": args.groups,
                "groups_per_shard": args.groups_per_shard,

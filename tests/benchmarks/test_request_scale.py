@@ -16,3 +16,6 @@ def test_runs_keep_requests_large_at_scale() -> None:
     assert single["groups_per_get"] < 2  # scattered: about a row group per GET
     assert runs["groups_per_get"] > 8 * single["groups_per_get"]
     assert runs["gets_per_gtok"] * 8 < single["gets_per_gtok"]
+    for r in (single, runs):  # every shard touched costs its footer once
+        assert 0 < r["rank_epoch_shards"] <= r["rank_epoch_groups"]
+        assert r["with_footers_gets_per_gtok"] > r["gets_per_gtok"]
