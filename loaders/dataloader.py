@@ -299,9 +299,10 @@ def build_dataloader(url: str | Source, batch_size: int, seq_len: int | None = N
     global batch size) fix the plan; world size, ``batch_size`` and ``num_workers`` may
     change at a resume as long as they divide it. ``setting_kwargs`` are
     :class:`loaders.settings.LoaderSettings`' (``seed``, ``shuffle``, ``window_blocks``,
-    ``read_threads``, ``lookahead_groups``, ``cache_dir``, ``cache_bytes``, ``readahead_bytes``,
-    ``return_sample_id``, ``return_position_ids``). ``batch_thread`` builds up to
-    ``prefetch_factor`` batches ahead on a background thread while the caller is busy.
+    ``run_blocks``, ``read_threads``, ``lookahead_groups``, ``cache_dir``, ``cache_bytes``,
+    ``readahead_bytes``, ``return_sample_id``, ``return_position_ids``). ``batch_thread``
+    builds up to ``prefetch_factor`` batches ahead on a background thread while the caller is
+    busy.
     """
     if (rank is None) != (world_size is None):
         raise ValueError("give both rank and world_size, or neither")

@@ -76,8 +76,9 @@ class TokenDataset(IterableDataset):
     Keywords: ``rank``/``world_size`` (default: torch.distributed's), ``storage_options``,
     ``replicas``, ``replica_options``, ``manifest``, and the settings of
     :class:`loaders.settings.LoaderSettings` (``seed``, ``shuffle``, ``window_blocks``,
-    ``lookahead_groups``, ``read_threads``, ``cache_dir``, ``cache_bytes``, ``readahead_bytes``,
-    ``return_sample_id``, ``return_position_ids``), or ``settings=`` directly.
+    ``run_blocks``, ``lookahead_groups``, ``read_threads``, ``cache_dir``, ``cache_bytes``,
+    ``readahead_bytes``, ``return_sample_id``, ``return_position_ids``), or ``settings=``
+    directly.
 
     ``state_dict()``/``load_state_dict()`` make it *Stateful* in ``torchdata``'s sense (one
     state per worker): resuming needs the same rank, world size, batch size and

@@ -1,7 +1,8 @@
 """The loader's settings, grouped by what they affect (frozen: a loader never changes them).
 
-- :class:`loaders.plan.PlanParams` (``seed``, ``shuffle``, ``window_blocks``, ``run_blocks``): with
-  ``seq_len`` and the dataset, they fix the order; saved in every state and checked on load.
+- :class:`loaders.plan.PlanParams` (``seed``, ``shuffle``, ``window_blocks``,
+  ``run_blocks``): with ``seq_len`` and the dataset, they fix the order; saved in every state
+  and checked on load.
 - :class:`ReadSettings`: how row groups are fetched (read-ahead, threads, local cache); any
   value gives the same samples.
 - ``return_sample_id`` / ``return_position_ids``: extra keys in each batch.
