@@ -36,6 +36,10 @@ Loaders measured (``CONFIGS`` below; medians over ``--runs`` full epochs, warm p
   ``file_descriptor`` tensor sharing (``_w2``) and with ``file_system`` sharing (``_w2fs``),
   which is faster for worker hand-off; the peers' best of these is the reference.
 
+Every loader's dataset object is built inside the clock, once per epoch (Shardflow's
+``build_dataloader``, litdata's ``StreamingDataset``, MosaicML's ``StreamingDataset``): its
+construction is part of what an epoch costs, and of its first batch.
+
 Each configuration runs in its own fresh Python process so that its peak RSS
 (``ru_maxrss``), and that of its DataLoader workers (``RUSAGE_CHILDREN``), are its own.
 CPU-seconds are ``getrusage`` user+sys of that process and its reaped children (workers) over
@@ -397,26 +401,26 @@ def _make_source(config: str, spec: dict[str, Any]) -> Callable[[], Iterator[Any
         from streaming import StreamingDataLoader, StreamingDataset
         from streaming.base.util import clean_stale_shared_memory
 
-        clean_stale_shared_memory()
-        mds = StreamingDataset(local=spec["mds_dir"], batch_size=BATCH, shuffle=True)
+        def mds() -> Any:  # built inside the clock, as Shardflow's loader is
+            clean_stale_shared_memory()
+            return StreamingDataset(local=spec["mds_dir"], batch_size=BATCH, shuffle=True)
         if workers:
             return lambda: iter(StreamingDataLoader(
-                mds, batch_size=BATCH, num_workers=workers, collate_fn=_collate_mosaic,
+                mds(), batch_size=BATCH, num_workers=workers, collate_fn=_collate_mosaic,
                 persistent_workers=False))
-        return lambda: map(_collate_mosaic, _grouped(iter(mds), BATCH))
+        return lambda: map(_collate_mosaic, _grouped(iter(mds()), BATCH))
     if kind == "litdata":
         from litdata import StreamingDataLoader as LitLoader
         from litdata import StreamingDataset as LitDataset
         from litdata.streaming.item_loader import TokensLoader
 
-        def dataset() -> Any:
+        def dataset() -> Any:  # built inside the clock, as Shardflow's loader is
             return LitDataset(spec["litdata_dir"], item_loader=TokensLoader(block_size=WIDTH),
                               shuffle=True)
-        lit = dataset()
         if workers:
             return lambda: iter(LitLoader(dataset(), batch_size=BATCH, num_workers=workers,
                                           collate_fn=_collate_litdata))
-        return lambda: map(_collate_litdata, _grouped(iter(lit), BATCH))
+        return lambda: map(_collate_litdata, _grouped(iter(dataset()), BATCH))
     raise ValueError(config)
 
 
