@@ -83,7 +83,10 @@ def test_no_caller_thread_waits_on_the_hung_replica(urls: list[str]) -> None:
 
         with ThreadPoolExecutor(8) as callers:
             waits = list(callers.map(one, range(32)))
-        assert max(waits) < FLOOR + 0.6, waits
+        # A caller that waited on the hung replica would wait its 30 s; the hedged ones take a
+        # few deadlines (0.6 s typical here; one took 0.806 s in a fresh-clone CI run on the
+        # 2 loaded cores, over the 0.8 s this bound was): far apart either way.
+        assert max(waits) < FLOOR + 2.0, waits
         assert store.hedges <= 8  # only reads already on their way to it were hedged
         # one back-off step for the stall, however many requests were overtaken by it
         assert store.replicas[0].health.failures == 1
