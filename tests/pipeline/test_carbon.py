@@ -66,7 +66,9 @@ def test_gate_waits_for_the_cleaner_window_then_admits(tmp_path: Path) -> None:
     assert gate(True) is True  # nothing live: sleeps until the cleaner window
     assert now[0] == t0 + 7200 and gate.waited_s == 7200
     lines = log.getvalue().splitlines()
-    until = datetime.fromtimestamp(t0 + 7200).astimezone().strftime("%H:%M")
+    here = datetime.fromtimestamp(t0 + 7200).astimezone()  # the date only if not today
+    same_day = here.date() == datetime.fromtimestamp(t0).date()
+    until = here.strftime("%H:%M" if same_day else "%Y-%m-%d %H:%M")
     assert lines[0] == (f"carbon: waiting for a cleaner window until {until}, 182 g/kWh now, "
                         "95 g/kWh forecast")
     assert lines[-1].startswith("carbon: running again at 95 g/kWh (paused 120.0 min")
@@ -119,8 +121,9 @@ def test_run_waits_for_a_cleaner_window_and_meets_its_deadline(tmp_path: Path) -
     summary = run(cfg, log=log, progress=False)
     helper.join(5)
     out = log.getvalue()
-    assert re.search(r"carbon: waiting for a cleaner window until \d\d:\d\d, 182 g/kWh now, "
-                     r"95 g/kWh forecast", out), out
+    # the window opens ~1 h from now: after 23:00 that is tomorrow, and the date is shown
+    assert re.search(r"carbon: waiting for a cleaner window until (\d{4}-\d\d-\d\d )?"
+                     r"\d\d:\d\d, 182 g/kWh now, 95 g/kWh forecast", out), out
     assert "carbon: running again at 95 g/kWh" in out, out
 
     energy = summary.energy
