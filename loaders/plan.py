@@ -48,6 +48,7 @@ world size or worker count continues the same global batches.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -132,10 +133,8 @@ def block_permutation(n_blocks: int, params: PlanParams,
     return Feistel(n_blocks, key)
 
 
-def _sizes_of(sizes: np.ndarray, g: np.ndarray) -> np.ndarray:
+def _padded_sizes(sizes: np.ndarray, g: np.ndarray) -> np.ndarray:
     """``sizes[g]``, 0 for the empty slots ``g >= len(sizes)`` of a run-padded permutation."""
-    if not len(g) or int(g.max()) < len(sizes):
-        return sizes[g]
     out = np.zeros(len(g), dtype=sizes.dtype)
     real = g < len(sizes)
     out[real] = sizes[g[real]]
@@ -156,6 +155,7 @@ def _scan(sizes: np.ndarray, perm: Feistel | RunPermutation | None, lo: int, hi:
     outside ``[lo, hi)`` is only summed. ``backward`` forces a direction (tests).
     """
     n = perm.n if perm is not None else len(sizes)  # run-padded: empty slots count as blocks
+    sizes_at = _padded_sizes if n > len(sizes) else operator.getitem
     if total is None:
         total = int(np.asarray(sizes).sum(dtype=np.int64))
     if backward is None:
@@ -176,7 +176,7 @@ def _scan(sizes: np.ndarray, perm: Feistel | RunPermutation | None, lo: int, hi:
         for i0 in range(0, n, chunk):
             idx = np.arange(i0, min(i0 + chunk, n), dtype=np.int64)
             g = perm(idx) if perm is not None else idx
-            s = _sizes_of(sizes, g)
+            s = sizes_at(sizes, g)
             part = int(s.sum(dtype=np.int64))
             if carry + part >= lo:  # else every block of the chunk ends before the range
                 take(idx, g, s, carry)
@@ -188,7 +188,7 @@ def _scan(sizes: np.ndarray, perm: Feistel | RunPermutation | None, lo: int, hi:
         for i1 in range(n, 0, -chunk):
             idx = np.arange(max(0, i1 - chunk), i1, dtype=np.int64)
             g = perm(idx) if perm is not None else idx
-            s = _sizes_of(sizes, g)
+            s = sizes_at(sizes, g)
             before = carry - int(s.sum(dtype=np.int64))
             if before < hi:  # else every block of the chunk starts past the range
                 take(idx, g, s, before)
