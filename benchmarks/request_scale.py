@@ -36,14 +36,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_utils import RESULTS, write_results  # noqa: E402
 from loaders import plan  # noqa: E402
-from loaders.coalesce import plan_units  # noqa: E402
-from loaders.prefetch import COALESCE_MAX_BYTES_CAP, READAHEAD_BYTES  # noqa: E402
+from loaders.coalesce import plan_units, window_cap  # noqa: E402
+from loaders.prefetch import COALESCE_MAX_BYTES_CAP, COALESCE_WINDOW  # noqa: E402
+from loaders.settings import ReadSettings  # noqa: E402
 
 ROW_GROUP_TOKENS = 256 * 1024
 SEQ = 2048
 BYTES_PER_TOKEN = 1.18  # zstd GPT-2 shards (loader_throughput.py: 59.1 MB for 50 M tokens)
 LITDATA_GETS_PER_GTOK = 1e9 / (64e6 / 4)  # whole 64 MB chunks of int32 tokens: 62.5
-LOOKAHEAD = 16  # loaders.settings.ReadSettings.lookahead_groups
+READ = ReadSettings()  # the loader's defaults: read-ahead budget and lookahead
 
 
 def rank_order(n_groups: int, run_blocks: int, lanes: int, world: int, groups: int
@@ -77,7 +78,8 @@ def measure(n_tokens: float, run_blocks: int, args: argparse.Namespace) -> dict[
     offset = (np.arange(n_groups, dtype=np.int64) % args.groups_per_shard) * group_bytes
     length = np.full(n_groups, group_bytes, dtype=np.int64)
     decoded = ROW_GROUP_TOKENS * 2  # uint16 tokens held per decoded row group
-    window = max(1, READAHEAD_BYTES // decoded - LOOKAHEAD)
+    window = window_cap(READ.readahead_bytes, decoded, READ.lookahead_groups,
+                        min(COALESCE_WINDOW, 8 * READ.lookahead_groups))
     units = plan_units(order, shard_of, offset, length, window, COALESCE_MAX_BYTES_CAP)
     per_get = len(order) / len(units)
     # Footers: a reader fetches each shard's footer once (its Parquet metadata, needed to

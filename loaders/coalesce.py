@@ -99,6 +99,13 @@ def plan_units(order: list[int], shard_of: np.ndarray, offset: np.ndarray,
     return [u for u in units if u is not None]
 
 
+def window_cap(readahead_bytes: int, group_bytes: float, lookahead: int, start: int) -> int:
+    """The largest coalescing window a read-ahead budget of ``readahead_bytes`` allows (never
+    below ``start``): a window of ``w`` positions holds up to ``w + lookahead`` decoded row
+    groups of ``group_bytes`` each."""
+    return max(start, int(readahead_bytes // max(1.0, group_bytes)) - lookahead)
+
+
 def _median(values: list[float]) -> float:
     """The median, as ``np.median`` gives it, without its imports: ``np.median`` imports
     ``numpy.ma`` (~10 ms, on the caller's thread, in the first batches from a remote store)

@@ -16,7 +16,7 @@ from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 
 import numpy as np
 
-from loaders.coalesce import AdaptiveWindow, UnitPlanner
+from loaders.coalesce import AdaptiveWindow, UnitPlanner, window_cap
 from loaders.reader import TokenReader
 from storage import tokens as token_format
 
@@ -106,8 +106,8 @@ class PrefetchingWindows:
             return self.coalesce_window
         dtype = token_format.dtype_of(index.encoding)
         itemsize = dtype.itemsize if dtype is not None else 4
-        group = max(1.0, index.total_tokens / len(index) * itemsize)
-        return max(self.coalesce_window, int(self.readahead_bytes // group) - self.lookahead)
+        return window_cap(self.readahead_bytes, index.total_tokens / len(index) * itemsize,
+                          self.lookahead, self.coalesce_window)
 
     def _fetch_unit(self, unit: list[int], futures: dict[int, Future[np.ndarray]],
                     level: int | None, nbytes: int) -> None:
