@@ -3,10 +3,12 @@
 Uncompressed JSONL and text files are cut into byte ranges of about ``target_bytes``; readers
 snap each range to record boundaries (a record belongs to the range holding its first byte),
 so every record lands in exactly one partition. Parquet files are cut between row groups.
-Compressed and CSV files cannot be entered in the middle: one partition each.
+Compressed and CSV files cannot be entered in the middle: one partition each. Consecutive small
+files (each one partition, under ``target_bytes``) are packed into one partition, up to
+``max_files`` of them (``--files-per-partition``).
 
-The plan depends only on the sorted file list and ``target_bytes`` — never on the number of
-workers — so partition ``i`` and its shard always hold the same documents.
+The plan depends only on the sorted file list, ``target_bytes`` and ``max_files`` — never on
+the number of workers — so partition ``i`` and its shard always hold the same documents.
 """
 
 from __future__ import annotations
@@ -222,8 +224,8 @@ class PartitionPlan(Sequence[Partition]):
     Per run of partitions only where it starts in files and partitions (nothing at all when
     every file is one partition); ``plan[i]`` makes partition ``i``'s :class:`Partition` on
     demand, equal to ``plan_partitions(list(table), target, max_files)[i]``, and
-    :meth:`key` its work-file
-    key without making it. The job makes Partition objects only for the tasks it submits.
+    :meth:`key` its work-file key without making it. The job makes Partition objects only for
+    the tasks it submits.
     """
 
     def __init__(self, table: FileTable, target_bytes: int,
@@ -297,12 +299,11 @@ class PartitionPlan(Sequence[Partition]):
             run.open = False
             return counts
         m = hi - lo
-        at = np.arange(m, dtype=np.int64)
         before_q = np.empty(m, dtype=bool)
         before_q[0], before_q[1:] = run.open, q[:-1]
         opens = q & ~before_q
         # each file's run start in this chunk (-1: its run began in an earlier chunk)
-        start = np.where(opens, at, -1)
+        start = np.where(opens, np.arange(m, dtype=np.int64), -1)
         np.maximum.accumulate(start, out=start)
         carried = start < 0
         weight = np.where(q, np.maximum(sizes, -(-self.target // self.max_files)), 0)
