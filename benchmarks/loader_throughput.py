@@ -17,6 +17,8 @@ Loaders measured (``CONFIGS`` below; medians over ``--runs`` full epochs, warm p
   local dataset's bytes (``dataset_bytes``, ``x_zstd_bytes``).
 - ``shardflow_s3_cached``: from S3 with ``cache_dir`` set: the first epoch fills the local
   disk cache, the others read from it (so the median is the warm figure).
+- ``shardflow_s3_run16`` (``--s3``): from S3 with ``run_blocks=16`` (runs of 16 neighbouring
+  row groups shuffled as one: another order, fewer and larger requests).
 - ``shardflow_local_bt`` / ``shardflow_local_rt4``: the local default with one setting changed,
   ``batch_thread=True`` (the trainer's: batches built ahead on a background thread, which a
   caller that only iterates pays for in hand-offs) or ``read_threads=4`` (the default is 2).
@@ -105,8 +107,8 @@ CONFIGS = ("shardflow_local", "shardflow_s3", "shardflow_s3_cached", "shardflow_
 #: the S3 comparison: Shardflow and both peers reading the same tokens from the same server,
 #: cold (a fresh process and a fresh cache directory per run), beside the local figures
 S3_CONFIGS = ("shardflow_local", "shardflow_s3", "shardflow_s3_cached", "shardflow_s3_s3fs",
-              "pyarrow_rowgroups", "litdata_inproc", "litdata_s3", "litdata_s3_boto3",
-              "litdata_s3_w2fs",
+              "shardflow_s3_run16", "pyarrow_rowgroups", "litdata_inproc", "litdata_s3",
+              "litdata_s3_boto3", "litdata_s3_w2fs",
               "mosaic_inproc", "mosaic_s3")
 #: the default run (a few minutes): Shardflow and litdata, local and from S3, 3 interleaved
 #: rounds, each a fresh process timed from its start (imports included)
@@ -331,6 +333,8 @@ def _make_source(config: str, spec: dict[str, Any]) -> Callable[[], Iterator[Any
             atexit.register(shutil.rmtree, extra["cache_dir"], True)
         if config.endswith("_bt"):
             extra["batch_thread"] = True
+        if config.endswith("_run16"):  # runs of 16 row groups shuffled as one (run_blocks)
+            extra["run_blocks"] = 16
         if config.endswith("_rt4"):
             extra["read_threads"] = 4
         if config.endswith("_s3fs"):  # the client before obstore, for the record
