@@ -19,9 +19,10 @@ until the process group's timeout, silently. This module turns such a hang into 
   ``--hang-timeout-io`` in the start, first-step, checkpoint load/save and finish phases,
   which may legitimately take minutes: no false alarm while a checkpoint is written).
 * The first watcher to write the verdict (``compare_set`` on one key) logs one line naming the
-  rank, its host, pid, step and last phase; the hung rank's stack is dumped (by the rank
-  itself when its sidecar still runs, else by ``SIGUSR1``, which :mod:`faulthandler` handles in
-  C, followed by ``SIGCONT`` for a stopped process, when it is on the watcher's host); then
+  rank, its host, pid, step and last phase; the hung rank's stack is dumped: by the rank
+  itself when its sidecar still runs, or runs again once a watcher on its host sent a stopped
+  process ``SIGCONT``; by ``SIGUSR1``, which :mod:`faulthandler` handles in C, for a process
+  frozen otherwise (its GIL held in a long C call) on the watcher's host; then
   every rank that can still run exits with :data:`HANG_EXIT_CODE`, and ``torchrun
   --max-restarts`` restarts the job from its last checkpoint.
 
@@ -54,6 +55,10 @@ PHASE_ORDER = {"start": 0, "load": 0, "first-step": 1, "data": 1, "step": 2, "sa
 IO_PHASES = frozenset({"start", "load", "first-step", "save", "finish"})
 
 VERDICT_KEY = "verdict"
+#: How long a watcher waits, holding the GIL, for the hung process to dump its stack: by its
+#: C handler (``SIGUSR1``), or by its own sidecar once continued (then until it exits).
+SIGNAL_DUMP_WAIT_S = 0.5
+SELF_DUMP_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,9 @@ class Verdict:
     idle_s: float  # seconds without progress, on the watcher's clock
     silent: bool  # its sidecar stopped publishing too: the process is frozen or gone
     by: int = -1  # the watching rank
+    #: The watcher dumps its stack by ``SIGUSR1`` (frozen, not stopped, on the watcher's
+    #: host); otherwise the rank dumps its own when its sidecar runs (again).
+    signalled: bool = False
 
     def dumps(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -287,7 +295,9 @@ class Heartbeat:
                         silent_after=max(3 * self.interval, 1.0))
         if verdict is None:
             return
-        verdict = Verdict(**{**asdict(verdict), "by": self.rank})
+        signalled = (verdict.silent and verdict.host == self.host
+                     and not process_stopped(verdict.pid))
+        verdict = Verdict(**{**asdict(verdict), "by": self.rank, "signalled": signalled})
         text = verdict.dumps()
         won = self.store.compare_set(VERDICT_KEY, "", text)
         won = won.decode() if isinstance(won, bytes) else won
@@ -298,32 +308,41 @@ class Heartbeat:
         self.verdict = verdict
         if mine:
             self.log(verdict.message())
-        signalled = verdict.silent and verdict.host == self.host  # the watcher sent SIGUSR1
-        if verdict.rank == self.rank and not signalled:
+        if verdict.rank == self.rank and not verdict.signalled:
+            # From Python, holding the GIL: no other thread moves its frames meanwhile.
             self.log(f"trainer: hang: stack of rank {self.rank} (pid {self.pid}):")
             faulthandler.dump_traceback(file=_stderr(), all_threads=True)
         elif mine and verdict.silent and verdict.host == self.host:
-            self._signal_hung(verdict.pid)
+            self._signal_hung(verdict.pid, verdict.signalled)
         self.exit_fn(HANG_EXIT_CODE)
 
-    def _signal_hung(self, pid: int) -> None:
-        """A frozen process on this host: SIGUSR1 (its faulthandler dumps its stack as soon as
-        it runs) and, if it is stopped, SIGCONT, so that it runs. (torchrun's SIGTERM would
-        kill a stopped process at once, without the dump.) Until this process exits, this
-        thread holds the GIL, so that this rank's training thread cannot go on with the
+    def _signal_hung(self, pid: int, signalled: bool) -> None:
+        """A frozen process on this host. Not stopped (its GIL held in a long C call, swapped
+        out): ``SIGUSR1``, which its faulthandler handles in C as soon as it runs; the threads
+        that wait for its GIL do not move their frames meanwhile. Stopped (SIGSTOP, a
+        debugger): only ``SIGCONT``, and its own sidecar, which sees the verdict at its next
+        tick, dumps its stack from Python and exits. (A ``SIGUSR1`` there ran the C handler
+        while the continued threads moved the very frames it walked: a CI run's dump broke
+        off mid-stack and the rank died of SIGSEGV; torchrun's SIGTERM would kill a stopped
+        process at once, without any dump.) Until that process is gone (or a bound passes)
+        this thread holds the GIL, so that this rank's training thread cannot go on with the
         continued one meanwhile: at most the collective in flight completes."""
         try:
-            os.kill(pid, signal.SIGUSR1)
-            if process_stopped(pid):
+            if signalled:
+                os.kill(pid, signal.SIGUSR1)
+            elif process_stopped(pid):
                 self.log(f"trainer: hang: pid {pid} is stopped (SIGSTOP or a debugger); it is "
                          f"continued to dump its stack")
                 os.kill(pid, signal.SIGCONT)
         except OSError:
             return
         sys.setswitchinterval(10.0)
-        until = time.monotonic() + 0.5
+        until = time.monotonic() + (SIGNAL_DUMP_WAIT_S if signalled else SELF_DUMP_WAIT_S)
         while time.monotonic() < until:  # busy on purpose: sleeping would release the GIL
-            pass
+            try:
+                os.kill(pid, 0)  # no syscall that releases the GIL: kill() keeps it
+            except OSError:  # gone (reaped by torchrun's agent): its dump is complete
+                return
 
 
 _current: Heartbeat | None = None

@@ -79,8 +79,9 @@ def test_sigstopped_rank_is_named_dumped_and_the_job_restarts_bitwise(
         assert phase in ("data", "step"), (reports, where)
     limit = TIMEOUT_IO if phase in IO_PHASES else TIMEOUT
     assert float(idle) >= limit and detected_s < limit + 2 * TIMEOUT, (reports, where)
-    # The stopped rank's stack, dumped by its faulthandler on SIGUSR1 once continued.
+    # The stopped rank's stack, dumped by its own sidecar once continued (SIGCONT only).
     assert "is stopped (SIGSTOP or a debugger)" in out, out[-4000:]
+    assert "trainer: hang: stack of rank 1 (pid" in out, out[-4000:]
     assert "most recent call first" in out and "trainer/train.py" in out, out[-4000:]
     assert f"exitcode: {HANG_EXIT_CODE}" in out, out[-4000:]
 

@@ -3,12 +3,19 @@ store: who is blamed for a hang, when, and what every rank does then."""
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import torch.distributed as dist
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.trainer.conftest import REPO
 from trainer.distributed import DEFAULT_PG_TIMEOUT_S, nccl_env, pg_timeout_s
 from trainer.heartbeat import (
     HANG_EXIT_CODE,
@@ -146,3 +153,107 @@ def test_no_alarm_in_a_long_save_and_done_ranks_are_left_out() -> None:
     r0.hb.stop()
     assert (r0.exits, r1.exits, lines) == ([], [], [])
     assert not store.check(["verdict"])
+
+
+# A rank in its own process, over a real TCPStore: a busy thread moves its frames all the
+# time (dataclasses.asdict, where a CI run's C-handler dump broke off and the rank died of
+# SIGSEGV); ``hold`` then either waits (to be SIGSTOPped from outside) or holds the GIL in one
+# long C call (a catastrophic regex), frozen without being stopped.
+CHILD = r"""
+import dataclasses, datetime, re, sys, threading, time
+import torch.distributed as dist
+from trainer.heartbeat import Heartbeat
+
+@dataclasses.dataclass
+class Deep:
+    items: list
+
+def churn():
+    value = Deep([Deep([Deep(list(range(20)))] * 5)] * 5)
+    while True:
+        dataclasses.asdict(value)
+
+store = dist.TCPStore("127.0.0.1", int(sys.argv[1]), 2, False,
+                      timeout=datetime.timedelta(seconds=30))
+hb = Heartbeat(store, 1, 2, timeout=1.0, timeout_io=30.0, watch=False).start()
+hb.beat("data", 2)
+threading.Thread(target=churn, daemon=True).start()
+print("ready", flush=True)
+if sys.argv[2] == "gil":
+    re.match(r"(a+)+$", "a" * 60 + "b")  # holds the GIL for hours
+time.sleep(3600)
+"""
+
+
+def _watched_child(tmp_path: Path, mode: str) -> tuple[dist.Store, subprocess.Popen, Path]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = dist.TCPStore("127.0.0.1", port, 2, True, wait_for_workers=False)
+    script = tmp_path / "rank1.py"
+    script.write_text(CHILD)
+    err = (tmp_path / "rank1.err").open("w")
+    child = subprocess.Popen([sys.executable, str(script), str(port), mode], cwd=REPO,
+                             stdout=subprocess.PIPE, stderr=err, text=True,
+                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert child.stdout.readline().strip() == "ready"
+    return store, child, tmp_path / "rank1.err"
+
+
+def _watch_until_exit(store: dist.Store, lines: list[str]) -> Rank:
+    switch = sys.getswitchinterval()  # the watcher raises it to hold the GIL, then exits
+    r0 = Rank(store, 0, 2, lines)
+    try:
+        r0.hb.start()
+        end = time.monotonic() + 20
+        while not r0.exits and time.monotonic() < end:
+            r0.hb.beat("step", 3)
+            time.sleep(0.05)
+        wait(lambda: r0.exits)
+    finally:
+        r0.hb._stop.set()
+        sys.setswitchinterval(switch)
+    return r0
+
+
+def test_a_stopped_rank_is_continued_and_dumps_its_own_stack_whole(tmp_path: Path) -> None:
+    """SIGSTOPped with a thread busy in Python: the watcher names it silent, sends only
+    SIGCONT; its sidecar dumps every thread's stack from Python (the busy thread's frames
+    included, whole) and it exits 75: never killed by a signal mid-dump."""
+    store, child, err = _watched_child(tmp_path, "stop")
+    try:
+        time.sleep(0.3)
+        child.send_signal(signal.SIGSTOP)
+        lines: list[str] = []
+        r0 = _watch_until_exit(store, lines)
+        assert child.wait(10) == HANG_EXIT_CODE
+    finally:
+        child.kill()
+    v = Verdict.loads(store.get("verdict"))
+    assert (v.rank, v.silent, v.signalled, v.pid) == (1, True, False, child.pid)
+    assert r0.exits == [HANG_EXIT_CODE]
+    assert any("is stopped (SIGSTOP or a debugger)" in ln for ln in lines), lines
+    text = err.read_text()
+    assert f"trainer: hang: stack of rank 1 (pid {child.pid}):" in text, text
+    assert "in churn" in text and "in _asdict_inner" in text and "???" not in text, text
+    assert "in <module>" in text, text  # the main thread's frame, after the busy one's
+
+
+def test_a_rank_frozen_in_a_c_call_is_dumped_by_sigusr1(tmp_path: Path) -> None:
+    """Frozen but not stopped (its GIL held in one long C call): its sidecar cannot run, so
+    the watcher sends SIGUSR1 and its faulthandler dumps the stacks in C."""
+    store, child, err = _watched_child(tmp_path, "gil")
+    try:
+        lines: list[str] = []
+        r0 = _watch_until_exit(store, lines)
+        v = Verdict.loads(store.get("verdict"))
+        assert (v.rank, v.silent, v.signalled, v.pid) == (1, True, True, child.pid)
+        assert r0.exits == [HANG_EXIT_CODE]
+        wait(lambda: "in <module>" in err.read_text(), 10)
+        assert child.poll() is None  # still frozen: the job's teardown is torchrun's
+    finally:
+        child.kill()
+        child.wait()
+    text = err.read_text()
+    assert "most recent call first" in text and "in match" in text, text  # the C call
+    assert not any("is stopped" in ln for ln in lines), lines
