@@ -42,7 +42,7 @@ from loaders.batches import BatchFormat, batches, batches_from_chunks, window_ch
 from loaders.dataset import dist_rank_world, make_layout, open_source
 from loaders.plan import Layout, Progress
 from loaders.settings import LoaderSettings
-from loaders.source import Source, rank_stream
+from loaders.source import Source, adopting_saved_plan, rank_stream
 from loaders.state import STATE_VERSION, LoaderStateError, check_state, make_state
 
 __all__ = ["STATE_VERSION", "LoaderStateError", "ShardflowLoader", "build_dataloader"]
@@ -145,16 +145,25 @@ class ShardflowLoader:
     # -- state (torch.distributed.checkpoint Stateful) ---------------------------------
 
     def plan_identity(self) -> dict[str, Any]:
-        return {**self.source.plan_identity(), "lanes": self.layout.lanes}
+        return {**self.source.plan_identity(self.layout.lanes), "lanes": self.layout.lanes}
 
     def state_dict(self) -> dict[str, Any]:
         """Where this loader is: small, JSON-serialisable, the same on every rank."""
         return make_state(self.progress, self.plan_identity())
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        progress = check_state(state_dict, self.plan_identity())
+        """Continue where ``state_dict`` was taken: on its plan where this loader's settings
+        left a choice open (``run_blocks`` unset takes the state's, so a job started before
+        the default changed resumes its own order); any other difference is refused."""
+        previous, self.source = self.source, adopting_saved_plan(self.source, state_dict)
+        try:
+            progress = check_state(state_dict, self.plan_identity())
+        except LoaderStateError:
+            self.source = previous
+            raise
         here = (self.layout.world_size, self.layout.batch)
         if progress.into_step and progress.mid_step_layout != here:
+            self.source = previous
             raise LoaderStateError(
                 f"the state is {progress.into_step} samples into a global batch under (world "
                 f"size, batch size) {progress.mid_step_layout}, not {here}: resume on another "

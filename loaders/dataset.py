@@ -19,7 +19,7 @@ from loaders import plan
 from loaders.batches import BatchFormat, make_batch
 from loaders.plan import Layout, Progress
 from loaders.settings import LoaderSettings
-from loaders.source import DatasetSource, Source, Windows, rank_stream
+from loaders.source import DatasetSource, Source, Windows, adopting_saved_plan, rank_stream
 from loaders.state import (
     LoaderStateError,
     check_state,
@@ -216,7 +216,7 @@ class TokenDataset(IterableDataset):
     # -- Stateful (torchdata) ----------------------------------------------------------------
 
     def plan_identity(self) -> dict[str, Any]:
-        return {**self.source.plan_identity(), "lanes": self.layout.lanes}
+        return {**self.source.plan_identity(self.layout.lanes), "lanes": self.layout.lanes}
 
     def _worker_layout(self) -> dict[str, int]:
         worker, workers = _worker()
@@ -230,10 +230,17 @@ class TokenDataset(IterableDataset):
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Make the next ``__iter__`` continue after the samples ``state`` had yielded."""
-        progress = check_state(state, self.plan_identity())
+        """Make the next ``__iter__`` continue after the samples ``state`` had yielded (on
+        the plan it was taken on where this dataset's settings left a choice open)."""
+        previous, self.source = self.source, adopting_saved_plan(self.source, state)
+        try:
+            progress = check_state(state, self.plan_identity())
+        except LoaderStateError:
+            self.source = previous
+            raise
         saved, mine = state.get("layout"), self._worker_layout()
         if saved != mine:
+            self.source = previous
             raise LoaderStateError(
                 f"worker state saved with layout {saved}, now {mine}: a StatefulDataLoader "
                 "resumes on the same rank, world size, batch_size and num_workers (the "

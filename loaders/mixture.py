@@ -19,6 +19,7 @@ the component's own id.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Generator, Sequence
 from typing import Any
 
@@ -27,7 +28,7 @@ import numpy as np
 from loaders import plan
 from loaders.dataloader import ShardflowLoader, build_dataloader
 from loaders.settings import LoaderSettings
-from loaders.source import DatasetSource, Source
+from loaders.source import DatasetSource, Source, adopting_saved_plan
 
 _MIX_DOMAIN = 0x313C
 
@@ -90,10 +91,24 @@ class MixtureSource:
         self.n_samples = int(samples_per_epoch or default)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
 
-    def plan_identity(self) -> dict[str, Any]:
+    def plan_identity(self, lanes: int) -> dict[str, Any]:
         return {"mixture_seed": self.seed, "weights": self.weights,
                 "n_samples": self.n_samples,
-                "components": [c.plan_identity() for c in self.components]}
+                "components": [c.plan_identity(lanes) for c in self.components]}
+
+    def adopting(self, saved: dict[str, Any]) -> MixtureSource:
+        """This mixture with each component on its saved plan
+        (:func:`loaders.source.adopting_saved_plan`), when the state has one per component."""
+        theirs = saved.get("components")
+        if not isinstance(theirs, list) or len(theirs) != len(self.components):
+            return self
+        components = [adopting_saved_plan(c, {"plan": t})
+                      for c, t in zip(self.components, theirs, strict=True)]
+        if all(a is c for a, c in zip(components, self.components, strict=True)):
+            return self
+        adopted = copy.copy(self)
+        adopted.components = components
+        return adopted
 
     def lane_length(self, lanes: int) -> int:
         return self.n_samples // lanes

@@ -11,8 +11,10 @@ order. The samples of one row group are a *block*.
 One epoch, for a plan of ``L`` *lanes* (every rank derives the same):
 
 1. Blocks are permuted by a keyed Feistel bijection (:class:`loaders.permute.Feistel`, key
-   (seed, epoch)); the permuted blocks, concatenated, give every sample a *position*
-   ``0 .. N-1``.
+   (seed, epoch)), in runs of ``run_blocks`` neighbours moved as one
+   (:class:`loaders.permute.RunPermutation`; by default as long as the dataset's size
+   allows, :func:`auto_run_blocks`); the permuted blocks, concatenated, give every sample a
+   *position* ``0 .. N-1``.
 2. Positions are cut into ``L`` lanes of consecutive positions (lane ``j`` starts at
    ``j N // L``), each completed to ``m = ceil(N / L)`` samples by repeating its own last
    sample when it is one short (``L m - N < L`` repeats per epoch, at most one per lane:
@@ -50,7 +52,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -106,6 +108,35 @@ def prefix_at(sizes: np.ndarray, index: np.ndarray, chunk: int = CHUNK) -> np.nd
 DEFAULT_WINDOW_BLOCKS = 2
 
 
+#: The default ``run_blocks`` (``None``): the longest run, a power of two up to this, that
+#: still leaves at least ``max(AUTO_MIN_RUNS, AUTO_RUNS_PER_LANE x lanes)`` runs to permute
+#: (:func:`auto_run_blocks`).
+AUTO_MAX_RUN_BLOCKS = 16
+AUTO_MIN_RUNS = 64
+AUTO_RUNS_PER_LANE = 8
+
+
+def auto_run_blocks(n_blocks: int, lanes: int) -> int:
+    """``run_blocks`` for a plan that did not choose one: runs as long as the dataset allows.
+
+    Why runs: a rank reads a contiguous 1/W of the permuted blocks, so with single blocks its
+    requests to an object store are one row group each once the dataset has many more row
+    groups than the read-ahead holds (``benchmarks/request_scale.py``: ~60x litdata's GETs
+    per token at 1 T tokens); a run of ``k`` neighbours is one request. Why bounded by the
+    count of runs: fewer than ``lanes`` runs would put neighbouring row groups side by side in
+    one global batch, and a few dozen runs would leave little to shuffle; with ``8 x lanes``
+    runs (and at least 64) every lane walks through 8 or more runs an epoch and a batch's
+    lanes stand in different runs. A small dataset (the demo's few dozen row groups, every
+    test's) keeps 1: single blocks, the order of every version before runs existed."""
+    if n_blocks < 0 or lanes < 1:
+        raise ValueError(f"n_blocks must be >= 0 and lanes >= 1, got {n_blocks}, {lanes}")
+    floor = max(AUTO_MIN_RUNS, AUTO_RUNS_PER_LANE * lanes)
+    k = AUTO_MAX_RUN_BLOCKS
+    while k > 1 and n_blocks // k < floor:
+        k //= 2
+    return k
+
+
 @dataclass(frozen=True)
 class PlanParams:
     """What fixes the order of an epoch (besides the sizes of the row groups)."""
@@ -114,10 +145,18 @@ class PlanParams:
     shuffle: bool = True
     window_blocks: int = DEFAULT_WINDOW_BLOCKS
     #: consecutive blocks the permutation moves as one (:class:`loaders.permute.
-    #: RunPermutation`): 1 = every block on its own (the default, and the order of every
-    #: earlier version); ``k`` = a rank reads ``k`` neighbouring row groups with one request
-    #: from an object store at any dataset size, its lanes staying ``k`` blocks in one region
-    run_blocks: int = 1
+    #: RunPermutation`): 1 = every block on its own (the order of every version before runs);
+    #: ``k`` = a rank reads ``k`` neighbouring row groups with one request from an object
+    #: store at any dataset size, its lanes staying ``k`` blocks in one region. ``None`` (the
+    #: default): :func:`auto_run_blocks` of the row groups and lanes (:meth:`resolved`)
+    run_blocks: int | None = None
+
+    def resolved(self, n_blocks: int, lanes: int) -> PlanParams:
+        """These parameters with ``run_blocks`` fixed for ``n_blocks`` row groups and
+        ``lanes`` lanes: what the order is computed from, and what a state records."""
+        if self.run_blocks is not None:
+            return self
+        return replace(self, run_blocks=auto_run_blocks(n_blocks, lanes))
 
 
 def block_permutation(n_blocks: int, params: PlanParams,
@@ -125,6 +164,9 @@ def block_permutation(n_blocks: int, params: PlanParams,
     """The epoch's permutation of blocks (``None``: the identity, when not shuffling). With
     ``run_blocks > 1`` its domain is padded to whole runs (``perm.n >= n_blocks``; images
     ``>= n_blocks`` are empty slots)."""
+    if params.run_blocks is None:
+        raise ValueError("run_blocks is None (auto): resolve the parameters against the "
+                         "row groups and lanes first (PlanParams.resolved)")
     if not params.shuffle:
         return None
     key = (_BLOCK_DOMAIN, params.seed, epoch)
@@ -220,6 +262,7 @@ def lane_samples(sizes: np.ndarray, params: PlanParams, epoch: int, lanes: int,
     sizes = np.asarray(sizes)
     if not 0 <= lane_lo <= lane_hi <= lanes:
         raise ValueError(f"lanes [{lane_lo}, {lane_hi}) outside [0, {lanes})")
+    params = params.resolved(len(sizes), lanes)
     n = int(sizes.sum(dtype=np.int64))
     m = lane_length(n, lanes)
     out = np.empty((lane_hi - lane_lo, m), dtype=np.int64)
@@ -284,6 +327,7 @@ class LanePlan:
         sizes = np.asarray(sizes)
         if not 0 <= lane_lo <= lane_hi <= lanes:
             raise ValueError(f"lanes [{lane_lo}, {lane_hi}) outside [0, {lanes})")
+        params = params.resolved(len(sizes), lanes)
         self.lanes, self.lane_lo, self.lane_hi = lanes, lane_lo, lane_hi
         self.n = n = int(sizes.sum(dtype=np.int64))
         self.m = lane_length(n, lanes)

@@ -1,8 +1,9 @@
 """The loader's settings, grouped by what they affect (frozen: a loader never changes them).
 
 - :class:`loaders.plan.PlanParams` (``seed``, ``shuffle``, ``window_blocks``,
-  ``run_blocks``): with ``seq_len`` and the dataset, they fix the order; saved in every state
-  and checked on load.
+  ``run_blocks``): with ``seq_len``, the dataset and the lanes, they fix the order; saved in
+  every state and checked on load (``run_blocks`` left unset is chosen from the dataset's
+  size, and at a resume taken from the state).
 - :class:`ReadSettings`: how row groups are fetched (read-ahead, threads, local cache); any
   value gives the same samples.
 - ``return_sample_id`` / ``return_position_ids``: extra keys in each batch.
@@ -59,8 +60,9 @@ class LoaderSettings:
             raise ValueError(f"seq_len must be >= 1, got {self.seq_len}")
         if self.plan.window_blocks < 1:
             raise ValueError(f"window_blocks must be >= 1, got {self.plan.window_blocks}")
-        if self.plan.run_blocks < 1:
-            raise ValueError(f"run_blocks must be >= 1, got {self.plan.run_blocks}")
+        if self.plan.run_blocks is not None and self.plan.run_blocks < 1:
+            raise ValueError(f"run_blocks must be >= 1 (or None: chosen from the dataset's "
+                             f"size), got {self.plan.run_blocks}")
 
     @classmethod
     def given(cls, settings: LoaderSettings | None, seq_len: int | None,

@@ -20,7 +20,9 @@ holds no position. :class:`DatasetSource` is one Shardflow dataset; a mixture of
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Generator
+from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -30,6 +32,7 @@ from loaders.cache import ChunkCache
 from loaders.prefetch import PrefetchingWindows
 from loaders.reader import RowGroupIndex, TokenReader
 from loaders.settings import LoaderSettings
+from loaders.state import PLAN_DEFAULTS
 from storage import Manifest, ReplicaSet
 from storage.io.process_local import ProcessLocal, none
 
@@ -50,8 +53,9 @@ class Source(Protocol):
     #: samples in one epoch of the source (before the lanes' padding)
     n_samples: int
 
-    def plan_identity(self) -> dict[str, Any]:
-        """What fixes this source's order (saved in loader states, compared on load)."""
+    def plan_identity(self, lanes: int) -> dict[str, Any]:
+        """What fixes this source's order over ``lanes`` lanes (saved in loader states,
+        compared on load)."""
         ...
 
     def lane_length(self, lanes: int) -> int: ...
@@ -65,6 +69,16 @@ class Source(Protocol):
     def windows(self, samples: np.ndarray) -> Windows: ...
 
     def metrics(self) -> dict[str, float]: ...
+
+
+def adopting_saved_plan(source: Source, state: Any) -> Source:
+    """``source`` on the plan a saved loader state was taken on, where the source's settings
+    left a choice open (``run_blocks`` unset): sources without :meth:`adopting` (a custom
+    one) as they are. The state is outside input: anything but a dict changes nothing (the
+    state check names it)."""
+    saved = state.get("plan") if isinstance(state, dict) else None
+    adopt = getattr(source, "adopting", None)
+    return adopt(saved) if isinstance(saved, dict) and adopt is not None else source
 
 
 def rank_stream(source: Source, layout: plan.Layout, progress: plan.Progress,
@@ -119,14 +133,28 @@ class GroupPlan:
             return np.floor_divide(tokens, seq_len + 1).astype(dtype)  # no int64 copy
         return plan.group_samples(tokens, seq_len).astype(dtype)
 
-    def plan_identity(self) -> dict[str, Any]:
-        p = self.settings.plan
+    def plan_identity(self, lanes: int) -> dict[str, Any]:
+        p = self.settings.plan.resolved(len(self.group_samples), lanes)
         identity = {"n_samples": self.n_samples, "seq_len": self.seq_len, "seed": p.seed,
                     "shuffle": p.shuffle, "window_blocks": p.window_blocks,
                     "row_groups": len(self.group_samples)}
         if p.run_blocks != 1:  # absent = 1: states saved before the setting existed still load
             identity["run_blocks"] = p.run_blocks
         return identity
+
+    def adopting(self, saved: dict[str, Any]) -> GroupPlan:
+        """This plan, its unset ``run_blocks`` taken from a saved state's plan (absent there:
+        1, what every state before the default chose runs meant). A resume continues the order
+        it started with, whatever the default has become since; a value set on purpose is
+        kept (and a state on another one is refused, by :func:`loaders.state.check_state`)."""
+        k = saved.get("run_blocks", PLAN_DEFAULTS["run_blocks"])
+        if (self.settings.plan.run_blocks is not None or not isinstance(k, int)
+                or isinstance(k, bool) or k < 1):
+            return self  # a bad value is named by the state check
+        adopted = copy.copy(self)
+        adopted.settings = replace(self.settings,
+                                   plan=replace(self.settings.plan, run_blocks=k))
+        return adopted
 
     def lane_length(self, lanes: int) -> int:
         return plan.lane_length(self.n_samples, lanes)
@@ -216,8 +244,18 @@ class DatasetSource(ProcessLocal):
         self.first_sample = arrays["first_sample"]
         self._reader: TokenReader | None = None
 
-    def plan_identity(self) -> dict[str, Any]:
-        return self.plan.plan_identity()
+    def plan_identity(self, lanes: int) -> dict[str, Any]:
+        return self.plan.plan_identity(lanes)
+
+    def adopting(self, saved: dict[str, Any]) -> DatasetSource:
+        """This source on a saved state's plan where its own settings left a choice open
+        (:meth:`GroupPlan.adopting`); itself when nothing changes."""
+        group_plan = self.plan.adopting(saved)
+        if group_plan is self.plan:
+            return self
+        adopted = copy.copy(self)  # the reader, per process, is made again on first use
+        adopted.plan, adopted.settings = group_plan, group_plan.settings
+        return adopted
 
     def lane_length(self, lanes: int) -> int:
         return self.plan.lane_length(lanes)

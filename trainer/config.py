@@ -121,11 +121,12 @@ class TrainConfig:
                            Parameter(converter=_size_converter, metavar="SIZE")] = _h(
         None, "size limit of --cache-dir, least recently used pieces evicted (e.g. 200G; "
               "default: 16G)")
-    run_blocks: Annotated[int, _Positive, Parameter(metavar="K"), _DATA] = _h(
-        1, "row groups the loader's shuffle moves as one run: from an object store a rank "
-           "reads a run with one request at any dataset size (32: ~2x litdata's requests "
-           "per token at 1 T tokens, 1: one request per row group there); part of the "
-           "data order, so a resume needs the value it started with")
+    run_blocks: Annotated[int | None, _Positive, Parameter(metavar="K"), _DATA] = _h(
+        None, "row groups the loader's shuffle moves as one run: from an object store a "
+              "rank reads a run with one request at any dataset size (1: one request per "
+              "row group at scale, ~60x litdata's requests per token at 1 T tokens). Part of "
+              "the data order. Unset: up to 16, as long as 8 runs per lane remain (1 on a "
+              "small dataset); a resume takes the checkpoint's")
     log_every: Annotated[int, _Positive, Parameter(metavar="K"), _RUNTIME] = _h(
         10, "log a metrics line every K steps (and at the last step)")
     run_dir: Annotated[str | None, Parameter(metavar="DIR"), _RUNTIME] = _h(

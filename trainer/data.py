@@ -42,7 +42,7 @@ def build_loader(
     cache_dir: str | None = None,
     cache_bytes: int | None = None,
     global_batch_size: int | None = None,
-    run_blocks: int = 1,
+    run_blocks: int | None = None,
 ) -> EpochLoader:
     """The real streaming loader for this rank (``loaders.build_dataloader``). Batches carry
     ``sample_id`` so that each rank can log which samples it trained on (a resume is checked

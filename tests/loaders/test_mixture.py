@@ -5,10 +5,12 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from loaders.mixture import build_mixture_loader, component_counts
+from loaders.state import LoaderStateError
 
 SEQ = 32
 
@@ -53,3 +55,19 @@ def test_mixture_resumes_exactly_and_splits_over_ranks(tiny_dataset: str) -> Non
     assert one_rank + _ids(resumed) == _ids(_loader(tiny_dataset, samples_per_epoch=240))
     assert not set(full[0]) & set(full[1])  # two ranks: disjoint halves
     assert len(full[0]) == len(full[1]) == 120
+
+
+def test_a_mixture_resumes_each_component_on_its_saved_run_blocks(tiny_dataset: str) -> None:
+    """Components left on the default take their saved ``run_blocks`` at a resume (one per
+    component); one set on purpose refuses another value."""
+    set_ = _loader(tiny_dataset, samples_per_epoch=240, run_blocks=3)
+    first = _ids(set_, limit=2)
+    state = set_.state_dict()
+    assert [c["run_blocks"] for c in state["plan"]["components"]] == [3, 3]
+    unset = _loader(tiny_dataset, samples_per_epoch=240)
+    unset.load_state_dict(state)
+    assert unset.state_dict()["plan"] == state["plan"]
+    assert first + _ids(unset) == _ids(_loader(tiny_dataset, samples_per_epoch=240,
+                                               run_blocks=3))
+    with pytest.raises(LoaderStateError, match="'run_blocks': 3}\], now .*'run_blocks': 2}"):
+        _loader(tiny_dataset, samples_per_epoch=240, run_blocks=2).load_state_dict(state)

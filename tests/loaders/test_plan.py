@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +21,7 @@ def reference(sizes: list[int], params: PlanParams, epoch: int, lanes: int) -> n
     """The whole epoch, built the obvious way (global order first): ``[lanes, m]``."""
     g_count = len(sizes)
     first = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    run = params.run_blocks
+    run = params.resolved(g_count, lanes).run_blocks  # auto: 1 at these sizes
     if params.shuffle and g_count:
         # runs of `run` consecutive blocks permuted as one; the last run's missing members
         # are empty slots (they still count in the windows, as empty blocks do)
@@ -308,3 +309,39 @@ def test_scan_from_either_end_in_any_chunks_finds_the_range(sizes, seed, window,
     for backward in (False, True):
         got = plan._scan(arr, perm, lo, hi, window, chunk, total, backward)
         assert [x.tolist() for x in got] == [np.asarray(w).tolist() for w in want]
+
+
+@given(st.integers(0, 1 << 24), st.integers(1, 4096), st.integers(0, 1 << 24),
+       st.integers(1, 4096))
+def test_auto_run_blocks_is_the_longest_run_that_leaves_enough_runs(
+        n: int, lanes: int, n2: int, lanes2: int) -> None:
+    k = plan.auto_run_blocks(n, lanes)
+    floor = max(plan.AUTO_MIN_RUNS, plan.AUTO_RUNS_PER_LANE * lanes)
+    assert k in (1, 2, 4, 8, 16) and k <= plan.AUTO_MAX_RUN_BLOCKS
+    if k > 1:
+        assert n // k >= floor  # enough runs to shuffle, 8 per lane
+    if k < plan.AUTO_MAX_RUN_BLOCKS:
+        assert n // (2 * k) < floor  # and no longer run would leave enough
+    # more row groups never shorten the runs; more lanes never lengthen them
+    if n2 >= n:
+        assert plan.auto_run_blocks(n2, lanes) >= k
+    if lanes2 >= lanes:
+        assert plan.auto_run_blocks(n, lanes2) <= k
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 3000), st.integers(1, 12), seeds)
+def test_an_unset_run_blocks_is_the_resolved_one(n_blocks: int, lanes: int, seed: int) -> None:
+    """``run_blocks=None`` orders exactly like the value it resolves to (lane_samples and the
+    streamed columns), and a value set on purpose is never replaced."""
+    sizes = np.full(n_blocks, 3, dtype=np.int64)
+    auto = PlanParams(seed)
+    fixed = auto.resolved(n_blocks, lanes)
+    assert fixed.run_blocks == plan.auto_run_blocks(n_blocks, lanes)
+    assert PlanParams(seed, run_blocks=5).resolved(n_blocks, lanes).run_blocks == 5
+    want = plan.lane_samples(sizes, fixed, 2, lanes, 0, lanes)
+    assert np.array_equal(plan.lane_samples(sizes, auto, 2, lanes, 0, lanes), want)
+    cols = plan.LanePlan(sizes, auto, 2, lanes, 0, lanes)
+    assert np.array_equal(cols.columns(0, cols.m), want)
+    with pytest.raises(ValueError, match="resolve"):
+        plan.block_permutation(n_blocks, auto, 0)

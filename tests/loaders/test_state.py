@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 
 import pytest
 
@@ -148,11 +149,14 @@ def test_state_from_another_plan_is_refused(tiny_dataset: str) -> None:
 
 def test_run_blocks_is_part_of_the_plan_and_absent_means_one(tiny_dataset: str) -> None:
     """``run_blocks`` changes the order, so a state carries it; it is recorded only when not
-    1, so states saved before it existed load on the default plan, and not on another."""
-    plain = _loader(tiny_dataset, 4)
+    1, so states saved before it existed mean 1. A value set on purpose refuses a state on
+    another one, both ways; left unset, a loader takes the state's (its tiny dataset alone
+    would choose 1) and continues that order exactly."""
+    plain = _loader(tiny_dataset, 4, run_blocks=1)
     _ids(plain, limit=2)
     old_style = plain.state_dict()
     assert "run_blocks" not in old_style["plan"]
+    assert "run_blocks" not in _loader(tiny_dataset, 4).state_dict()["plan"]  # auto: 1 here
     runs = _loader(tiny_dataset, 4, run_blocks=3)
     with pytest.raises(LoaderStateError, match="run_blocks: saved 1, now 3"):
         runs.load_state_dict(old_style)
@@ -160,13 +164,67 @@ def test_run_blocks_is_part_of_the_plan_and_absent_means_one(tiny_dataset: str) 
     state = runs.state_dict()
     assert state["plan"]["run_blocks"] == 3
     with pytest.raises(LoaderStateError, match="run_blocks: saved 3, now 1"):
-        _loader(tiny_dataset, 4).load_state_dict(state)
-    fresh = _loader(tiny_dataset, 4, run_blocks=3)
-    fresh.load_state_dict(json.loads(json.dumps(state)))
+        _loader(tiny_dataset, 4, run_blocks=1).load_state_dict(state)
     whole = _ids(_loader(tiny_dataset, 4, run_blocks=3))
-    assert _ids(fresh) == whole[8:]
-    # the same samples as the default plan, in another order
+    for kw in ({"run_blocks": 3}, {}):  # set to the state's value, or left to it
+        fresh = _loader(tiny_dataset, 4, **kw)
+        fresh.load_state_dict(json.loads(json.dumps(state)))
+        assert fresh.state_dict()["plan"]["run_blocks"] == 3
+        assert _ids(fresh) == whole[8:]
+    # the same samples as single blocks, in another order
     default = _ids(_loader(tiny_dataset, 4))
     assert set(whole) == set(default) and whole != default  # (padding repeats may differ)
     with pytest.raises(ValueError, match="run_blocks must be >= 1"):
         _loader(tiny_dataset, 4, run_blocks=0)
+
+
+@pytest.fixture(scope="module")
+def fine_dataset(tmp_path_factory: pytest.TempPathFactory, corpus_dir: Path) -> str:
+    """The tiny corpus in row groups of 512 tokens (~200): enough of them for the default
+    ``run_blocks`` to choose runs (at 4 lanes: 2 from 128 row groups, 4 from 256)."""
+    from pipeline.config import PipelineConfig
+    from pipeline.job import run
+
+    out = tmp_path_factory.mktemp("datasets") / "fine"
+    run(PipelineConfig(inputs=[str(corpus_dir / "*.txt")], output=str(out), workers=2,
+                       dashboard_address="127.0.0.1:0", row_group_tokens=512),
+        progress=False)
+    return str(out)
+
+
+def test_default_runs_on_a_larger_dataset_and_old_states_keep_their_order(
+        fine_dataset: str) -> None:
+    """Left unset, ``run_blocks`` is chosen from the row groups and lanes (recorded in the
+    state); a state saved with single blocks (before runs were the default: no key) resumes
+    on single blocks, exactly; a state from an unset plan resumes on the same runs."""
+    from loaders.plan import auto_run_blocks
+
+    auto = _loader(fine_dataset, 4)
+    groups = len(auto.source.plan.group_samples)
+    k = auto_run_blocks(groups, 4)
+    assert k >= 2, groups  # the fixture is large enough for runs
+    assert auto.state_dict()["plan"]["run_blocks"] == k
+    assert _ids(auto) == _ids(_loader(fine_dataset, 4, run_blocks=k))
+    singles = _ids(_loader(fine_dataset, 4, run_blocks=1))
+    assert singles != _ids(_loader(fine_dataset, 4))
+
+    older = _loader(fine_dataset, 4, run_blocks=1)
+    _ids(older, limit=3)
+    saved = json.loads(json.dumps(older.state_dict()))
+    assert "run_blocks" not in saved["plan"]  # what every state before the default had
+    resumed = _loader(fine_dataset, 4)
+    resumed.load_state_dict(saved)
+    assert "run_blocks" not in resumed.state_dict()["plan"]
+    assert _ids(resumed) == singles[12:]
+
+    started = _loader(fine_dataset, 4)
+    first = _ids(started, limit=3)
+    again = _loader(fine_dataset, 4)
+    again.load_state_dict(json.loads(json.dumps(started.state_dict())))
+    assert first + _ids(again) == _ids(_loader(fine_dataset, 4))
+    # a refused state leaves the loader as it was: still its own default plan
+    bad = {**saved, "plan": {**saved["plan"], "seq_len": SEQ + 1}}
+    fresh = _loader(fine_dataset, 4)
+    with pytest.raises(LoaderStateError, match="seq_len"):
+        fresh.load_state_dict(bad)
+    assert fresh.state_dict()["plan"]["run_blocks"] == k

@@ -43,7 +43,7 @@ def test_the_loader_is_stateful_and_the_stream_saves_it(tiny_dataset: str) -> No
 def test_run_blocks_flag_reaches_the_plan(tiny_dataset: str) -> None:
     from trainer.config import TrainConfig
 
-    assert TrainConfig.__dataclass_fields__["run_blocks"].default == 1
+    assert TrainConfig.__dataclass_fields__["run_blocks"].default is None  # auto
     runs = _build(tiny_dataset, run_blocks=3)
     assert runs.source.settings.plan.run_blocks == 3
     assert runs.state_dict()["plan"]["run_blocks"] == 3
