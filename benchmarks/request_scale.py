@@ -17,7 +17,9 @@ global batch): its first ``--groups`` row groups in first-use order, cut into un
 allows (what :class:`loaders.coalesce.AdaptiveWindow` grows to while the store keeps up).
 Reported: row groups and MB per GET, GETs per billion tokens, against litdata's whole 64 MB
 chunks of int32 tokens (62.5 GETs per billion tokens, whatever the size). The order's cost of
-``run_blocks`` is in ``shuffle_quality.py`` (lane span).
+``run_blocks`` is in ``shuffle_quality.py`` (lane span). ``auto`` is the loader's default (a
+plan that leaves ``run_blocks`` unset: :func:`loaders.plan.auto_run_blocks` of the row groups
+and lanes).
 
     python benchmarks/request_scale.py          # 2 B .. 1 T tokens, seconds
 """
@@ -69,8 +71,13 @@ def rank_order(n_groups: int, run_blocks: int, lanes: int, world: int, groups: i
     return order[:groups]
 
 
-def measure(n_tokens: float, run_blocks: int, args: argparse.Namespace) -> dict[str, Any]:
+def measure(n_tokens: float, setting: int | None, args: argparse.Namespace
+            ) -> dict[str, Any]:
+    """One dataset size and ``run_blocks`` setting (``None``: the loader's default, resolved
+    for these row groups and lanes)."""
     n_groups = max(2, int(n_tokens // ROW_GROUP_TOKENS))
+    run_blocks = plan.PlanParams(run_blocks=setting).resolved(n_groups, args.lanes).run_blocks
+    assert run_blocks is not None
     group_bytes = int(ROW_GROUP_TOKENS * BYTES_PER_TOKEN)
     t0 = time.perf_counter()
     order = rank_order(n_groups, run_blocks, args.lanes, args.world, args.groups)
@@ -88,7 +95,8 @@ def measure(n_tokens: float, run_blocks: int, args: argparse.Namespace) -> dict[
     rank_groups, rank_shards = epoch_share(n_groups, run_blocks, args)
     data_gets = rank_groups / per_get
     gtok = rank_groups * ROW_GROUP_TOKENS / 1e9
-    return {"tokens": n_tokens, "row_groups": n_groups, "run_blocks": run_blocks,
+    return {"tokens": n_tokens, "row_groups": n_groups,
+            "setting": "auto" if setting is None else setting, "run_blocks": run_blocks,
             "window": window, "groups_seen": len(order), "gets": len(units),
             "groups_per_get": per_get, "mb_per_get": per_get * group_bytes / 1e6,
             "gets_per_gtok": 1e9 / (per_get * ROW_GROUP_TOKENS),
@@ -118,10 +126,12 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for rb in sorted({r["run_blocks"] for r in rows}):
-        mine = [r for r in rows if r["run_blocks"] == rb]
-        ax.plot([r["tokens"] for r in mine], [r["gets_per_gtok"] for r in mine], "o-",
-                label=f"Shardflow, run_blocks={rb}")
+    for setting in dict.fromkeys(r["setting"] for r in rows):
+        mine = [r for r in rows if r["setting"] == setting]
+        label = ("Shardflow, default (auto: " + "/".join(str(r["run_blocks"]) for r in mine)
+                 + ")" if setting == "auto" else f"Shardflow, run_blocks={setting}")
+        ax.plot([r["tokens"] for r in mine], [r["gets_per_gtok"] for r in mine],
+                "s-" if setting == "auto" else "o-", label=label)
     ax.axhline(LITDATA_GETS_PER_GTOK, color="grey", ls="--", label="litdata (64 MB chunks)")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -141,19 +151,21 @@ def main() -> int:
     parser.add_argument("--groups", type=int, default=2000,
                         help="rank 0's first row groups to plan requests for")
     parser.add_argument("--groups-per-shard", type=int, default=1000)
-    parser.add_argument("--runs", default="1,8,32,64", help="run_blocks values")
+    parser.add_argument("--runs", default="auto,1,8,32",
+                        help="run_blocks values ('auto': the loader's default, unset)")
     args = parser.parse_args()
     sizes = (2e9, 1e10, 1e11, 1e12)
     rows = []
     print(f"rank 0 of {args.world} ranks, {args.lanes} lanes; shards of "
           f"{args.groups_per_shard} row groups; litdata: {LITDATA_GETS_PER_GTOK:.1f} GETs/Gtok")
-    print(f"{'tokens':>8} {'run_blocks':>10} {'groups/GET':>10} {'MB/GET':>7} "
+    print(f"{'tokens':>8} {'run_blocks':>12} {'groups/GET':>10} {'MB/GET':>7} "
           f"{'GETs/Gtok':>9} {'x litdata':>9} {'+footers':>9} {'x litdata':>9}")
-    for rb in (int(x) for x in args.runs.split(",")):
+    for rb in (None if x == "auto" else int(x) for x in args.runs.split(",")):
         for n in sizes:
             r = measure(n, rb, args)
             rows.append(r)
-            print(f"{n:8.0e} {rb:10d} {r['groups_per_get']:10.2f} {r['mb_per_get']:7.2f} "
+            name = f"auto={r['run_blocks']}" if rb is None else str(rb)
+            print(f"{n:8.0e} {name:>12} {r['groups_per_get']:10.2f} {r['mb_per_get']:7.2f} "
                   f"{r['gets_per_gtok']:9.1f} {r['x_litdata_gets']:9.2f} "
                   f"{r['with_footers_gets_per_gtok']:9.1f} {r['with_footers_x_litdata']:9.2f}   "
                   f"({r['seconds']:.1f} s)", flush=True)

@@ -30,8 +30,11 @@ Cost, on rank 0's sequence (what one reader reads):
 
 Orders compared:
 
-- ``shardflow lanes (window_blocks=w)``: :func:`loaders.plan.lane_samples` with one lane per
-  sample of the global batch (the loader's default), ranks owning contiguous lanes.
+- ``shardflow default``: :func:`loaders.plan.lane_samples` as the loader calls it by default:
+  one lane per sample of the global batch, ranks owning contiguous lanes, ``run_blocks`` left
+  unset (:func:`loaders.plan.auto_run_blocks` of the row groups and lanes).
+- ``shardflow lanes (window_blocks=w)``: the same with single blocks (``run_blocks=1``, the
+  default before runs).
 - ``shardflow lanes (window_blocks=2, run_blocks=r)``: the same with ``run_blocks`` (runs of
   ``r`` consecutive row groups permuted as one, so a rank reads ``r`` neighbours per request
   from an object store at any dataset size).
@@ -122,7 +125,7 @@ def sliced(order: np.ndarray, world: int, batch: int) -> tuple[np.ndarray, np.nd
 
 
 def lanes_order(sizes: np.ndarray, seed: int, window_blocks: int, world: int, batch: int,
-                run_blocks: int = 1) -> tuple[np.ndarray, np.ndarray]:
+                run_blocks: int | None = 1) -> tuple[np.ndarray, np.ndarray]:
     """The loader's plan: (global sequence, rank 0's sequence)."""
     lanes = world * batch
     params = plan.PlanParams(seed, True, window_blocks, run_blocks)
@@ -225,6 +228,9 @@ def orders(n_samples: int, n_groups: int, seed: int, world: int, batch: int
     sizes = np.full(n_groups, PER_GROUP, dtype=np.int64)
     sizes[-1] = n_samples - PER_GROUP * (n_groups - 1)
     out = {}
+    auto = plan.auto_run_blocks(n_groups, world * batch)
+    out[f"shardflow default (run_blocks unset: {auto})"] = lanes_order(
+        sizes, seed, 2, world, batch, None)
     for wb in (1, 2, 4, 16):
         out[f"shardflow lanes (window_blocks={wb})"] = lanes_order(sizes, seed, wb, world,
                                                                    batch)

@@ -113,7 +113,7 @@ DEFAULT_WINDOW_BLOCKS = 2
 #: (:func:`auto_run_blocks`).
 AUTO_MAX_RUN_BLOCKS = 16
 AUTO_MIN_RUNS = 64
-AUTO_RUNS_PER_LANE = 8
+AUTO_RUNS_PER_LANE = 2
 
 
 def auto_run_blocks(n_blocks: int, lanes: int) -> int:
@@ -124,9 +124,10 @@ def auto_run_blocks(n_blocks: int, lanes: int) -> int:
     groups than the read-ahead holds (``benchmarks/request_scale.py``: ~60x litdata's GETs
     per token at 1 T tokens); a run of ``k`` neighbours is one request. Why bounded by the
     count of runs: fewer than ``lanes`` runs would put neighbouring row groups side by side in
-    one global batch, and a few dozen runs would leave little to shuffle; with ``8 x lanes``
-    runs (and at least 64) every lane walks through 8 or more runs an epoch and a batch's
-    lanes stand in different runs. A small dataset (the demo's few dozen row groups, every
+    one global batch, and a few dozen runs would leave little to shuffle; with ``2 x lanes``
+    runs (and at least 64) every lane walks through two or more runs an epoch and a batch's
+    lanes stand in different runs. (How long a lane dwells in one region is ``k`` row groups
+    whatever the count: ``shuffle_quality.py``'s lane span.) A small dataset (the demo's few dozen row groups, every
     test's) keeps 1: single blocks, the order of every version before runs existed."""
     if n_blocks < 0 or lanes < 1:
         raise ValueError(f"n_blocks must be >= 0 and lanes >= 1, got {n_blocks}, {lanes}")

@@ -125,8 +125,8 @@ class TrainConfig:
         None, "row groups the loader's shuffle moves as one run: from an object store a "
               "rank reads a run with one request at any dataset size (1: one request per "
               "row group at scale, ~60x litdata's requests per token at 1 T tokens). Part of "
-              "the data order. Unset: up to 16, as long as 8 runs per lane remain (1 on a "
-              "small dataset); a resume takes the checkpoint's")
+              "the data order. Unset: up to 16, as long as 2 runs per lane (and 64) remain (1 "
+              "on a small dataset); a resume takes the checkpoint's")
     log_every: Annotated[int, _Positive, Parameter(metavar="K"), _RUNTIME] = _h(
         10, "log a metrics line every K steps (and at the last step)")
     run_dir: Annotated[str | None, Parameter(metavar="DIR"), _RUNTIME] = _h(
