@@ -17,8 +17,10 @@ Loaders measured (``CONFIGS`` below; medians over ``--runs`` full epochs, warm p
   local dataset's bytes (``dataset_bytes``, ``x_zstd_bytes``).
 - ``shardflow_s3_cached``: from S3 with ``cache_dir`` set: the first epoch fills the local
   disk cache, the others read from it (so the median is the warm figure).
-- ``shardflow_s3_run16`` (``--s3``): from S3 with ``run_blocks=16`` (runs of 16 neighbouring
-  row groups shuffled as one: another order, fewer and larger requests).
+- ``shardflow_s3_run1`` / ``shardflow_s3_run16`` (``--s3``; ``_run1`` also in the default
+  run): from S3 with ``run_blocks`` set to 1 (single row groups shuffled: the default before
+  runs) or 16, where the default leaves it unset (``loaders.plan.auto_run_blocks``: 2 at 50 M
+  tokens, 8 at 200 M, for 8 lanes): another order each, fewer and larger requests with runs.
 - ``shardflow_local_bt`` / ``shardflow_local_rt4``: the local default with one setting changed,
   ``batch_thread=True`` (the trainer's: batches built ahead on a background thread, which a
   caller that only iterates pays for in hand-offs) or ``read_threads=4`` (the default is 2).
@@ -77,6 +79,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import json
+import re
 import resource
 import shutil
 import subprocess
@@ -107,13 +110,15 @@ CONFIGS = ("shardflow_local", "shardflow_s3", "shardflow_s3_cached", "shardflow_
 #: the S3 comparison: Shardflow and both peers reading the same tokens from the same server,
 #: cold (a fresh process and a fresh cache directory per run), beside the local figures
 S3_CONFIGS = ("shardflow_local", "shardflow_s3", "shardflow_s3_cached", "shardflow_s3_s3fs",
-              "shardflow_s3_run16", "pyarrow_rowgroups", "litdata_inproc", "litdata_s3",
+              "shardflow_s3_run1", "shardflow_s3_run16", "pyarrow_rowgroups",
+              "litdata_inproc", "litdata_s3",
               "litdata_s3_boto3", "litdata_s3_w2fs",
               "mosaic_inproc", "mosaic_s3")
 #: the default run (a few minutes): Shardflow and litdata, local and from S3, 3 interleaved
 #: rounds, each a fresh process timed from its start (imports included)
 DEFAULT_CONFIGS = ("shardflow_local", "shardflow_local_lz4", "shardflow_local_none",
-                   "litdata_inproc", "shardflow_s3", "litdata_s3", "litdata_s3_boto3")
+                   "litdata_inproc", "shardflow_s3", "shardflow_s3_run1", "litdata_s3",
+                   "litdata_s3_boto3")
 #: the shard codecs (pipeline --shard-compression) beside litdata, local and from S3 (--codecs)
 CODEC_CONFIGS = ("shardflow_local", "shardflow_local_lz4", "shardflow_local_none",
                  "litdata_inproc", "shardflow_s3", "shardflow_s3_lz4", "shardflow_s3_none",
@@ -333,8 +338,9 @@ def _make_source(config: str, spec: dict[str, Any]) -> Callable[[], Iterator[Any
             atexit.register(shutil.rmtree, extra["cache_dir"], True)
         if config.endswith("_bt"):
             extra["batch_thread"] = True
-        if config.endswith("_run16"):  # runs of 16 row groups shuffled as one (run_blocks)
-            extra["run_blocks"] = 16
+        runs = re.search(r"_run(\d+)$", config)
+        if runs:  # run_blocks set: runs of that many row groups shuffled as one (1: single)
+            extra["run_blocks"] = int(runs.group(1))
         if config.endswith("_rt4"):
             extra["read_threads"] = 4
         if config.endswith("_s3fs"):  # the client before obstore, for the record
@@ -529,15 +535,34 @@ def run_child(config: str, spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def rotated(configs: tuple[str, ...], r: int) -> list[str]:
+    """``configs`` with its local and its S3 configs each rotated by ``r`` in place (each
+    group keeps the places it had)."""
+    out = list(configs)
+    for remote in (False, True):
+        places = [i for i, c in enumerate(configs) if ("_s3" in c) == remote]
+        group = [configs[i] for i in places]
+        shift = r % len(group) if group else 0
+        for i, c in zip(places, group[shift:] + group[:shift], strict=True):
+            out[i] = c
+    return out
+
+
 def measure_rounds(configs: tuple[str, ...], spec: dict[str, Any],
                    rounds: int) -> dict[str, dict[str, Any]]:
     """``rounds`` interleaved rounds (config A, B, C, A, B, C, ...), each run a fresh process
     with one epoch (and, for the peers from S3, a fresh cache directory), merged into one
-    result per config: medians over the rounds, the highest peak RSS."""
+    result per config: medians over the rounds, the highest peak RSS.
+
+    Round ``r`` rotates the local configs among themselves by ``r``, and the S3 ones: the
+    first config to read from the S3 server after the local ones ran slower in every round
+    (the default run at a59d1c3: the same loader 62.8-100.9 Mtok/s there against
+    105.7-112.6 one place later, in the same rounds), so no config holds that place in every
+    round."""
     parts: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
     one = {**spec, "runs": 1}
     for r in range(rounds):
-        for config in configs:
+        for config in rotated(configs, r):
             got = measure(config, one)
             if "error" in got:
                 print(f"  round {r + 1}: {config} failed")

@@ -19,3 +19,26 @@ def test_runs_keep_requests_large_at_scale() -> None:
     for r in (single, runs):  # every shard touched costs its footer once
         assert 0 < r["rank_epoch_shards"] <= r["rank_epoch_groups"]
         assert r["with_footers_gets_per_gtok"] > r["gets_per_gtok"]
+
+
+def test_the_default_resolves_to_runs_at_scale() -> None:
+    """Left unset (``None``: the loader's default), run_blocks is resolved from the row groups
+    and lanes: runs at 100 B tokens, so the default's requests are the runs' size."""
+    args = argparse.Namespace(world=64, lanes=512, groups=600, groups_per_shard=1000)
+    auto = measure(1e11, None, args)
+    assert (auto["setting"], auto["run_blocks"]) == ("auto", 16)
+    assert auto["gets"] == measure(1e11, 16, args)["gets"]
+
+
+def test_rounds_rotate_each_storage_group() -> None:
+    """No loader is the first to read from the S3 server (or from local disk) in every round
+    of the interleaved benchmark."""
+    from benchmarks.loader_throughput import DEFAULT_CONFIGS, rotated
+
+    firsts = set()
+    for r in range(3):
+        order = rotated(DEFAULT_CONFIGS, r)
+        assert sorted(order) == sorted(DEFAULT_CONFIGS)
+        assert ["_s3" in c for c in order] == ["_s3" in c for c in DEFAULT_CONFIGS]
+        firsts.add(next(c for c in order if "_s3" in c))
+    assert len(firsts) == 3
