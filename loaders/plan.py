@@ -127,8 +127,9 @@ def auto_run_blocks(n_blocks: int, lanes: int) -> int:
     one global batch, and a few dozen runs would leave little to shuffle; with ``2 x lanes``
     runs (and at least 64) every lane walks through two or more runs an epoch and a batch's
     lanes stand in different runs. (How long a lane dwells in one region is ``k`` row groups
-    whatever the count: ``shuffle_quality.py``'s lane span.) A small dataset (the demo's few dozen row groups, every
-    test's) keeps 1: single blocks, the order of every version before runs existed."""
+    whatever the count: ``shuffle_quality.py``'s lane span.) A small dataset (the demo's few
+    dozen row groups, every test's) keeps 1: single blocks, the order of every version before
+    runs existed."""
     if n_blocks < 0 or lanes < 1:
         raise ValueError(f"n_blocks must be >= 0 and lanes >= 1, got {n_blocks}, {lanes}")
     floor = max(AUTO_MIN_RUNS, AUTO_RUNS_PER_LANE * lanes)

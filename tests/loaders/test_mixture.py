@@ -69,5 +69,5 @@ def test_a_mixture_resumes_each_component_on_its_saved_run_blocks(tiny_dataset: 
     assert unset.state_dict()["plan"] == state["plan"]
     assert first + _ids(unset) == _ids(_loader(tiny_dataset, samples_per_epoch=240,
                                                run_blocks=3))
-    with pytest.raises(LoaderStateError, match="'run_blocks': 3}\], now .*'run_blocks': 2}"):
+    with pytest.raises(LoaderStateError, match=r"'run_blocks': 3}\], now .*'run_blocks': 2}"):
         _loader(tiny_dataset, samples_per_epoch=240, run_blocks=2).load_state_dict(state)
