@@ -85,9 +85,11 @@ def analyze(rows: Sequence[Sequence[float]], step: int) -> Report:
     own = [r["own"] for r in per_rank]
     fastest, slowest_time = min(own), max(own)
     slowest = own.index(slowest_time)  # ties: the lowest rank
-    scores = [1.0 if o <= 0 else min(1.0, fastest / o) for o in own]
-    spread = 0.0 if slowest_time <= 0 else 100.0 * (slowest_time - fastest) / max(
-        fastest, slowest_time * 1e-6)
+    # A fastest rank with no own work at all (an idle interval) is floored, like the spread's
+    # divisor, so that every score stays in (0, 1] (a CI run's hypothesis example: [0, 1] s).
+    floor = max(fastest, slowest_time * 1e-6)
+    scores = [1.0 if o <= 0 else min(1.0, floor / o) for o in own]
+    spread = 0.0 if slowest_time <= 0 else 100.0 * (slowest_time - fastest) / floor
     others = [r for i, r in enumerate(per_rank) if i != slowest]
     excess = {p: per_rank[slowest][p] - (statistics.median(r[p] for r in others)
                                          if others else 0.0)

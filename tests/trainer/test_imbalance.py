@@ -98,3 +98,10 @@ def test_plot_draws_an_imbalance_panel(tmp_path) -> None:
                                     [10, 0.9, 0.5, 0.1, 0.0, 1.0]], step)))
     out = plot_run(tmp_path)
     assert out.stat().st_size > 10_000
+
+
+def test_an_idle_fastest_rank_keeps_every_score_positive() -> None:
+    """Found by hypothesis in CI: a rank with no own work beside one with some."""
+    r = analyze([[1.0, 0.0, 0.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 1.0, 0.0, 0.0]], step=10)
+    assert r.scores[0] == 1.0 and 0.0 < r.scores[1] <= 1e-6
+    assert r.slowest_rank == 1 and r.spread_pct > 0
