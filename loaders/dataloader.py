@@ -42,8 +42,8 @@ from loaders.batches import BatchFormat, batches, batches_from_chunks, window_ch
 from loaders.dataset import dist_rank_world, make_layout, open_source
 from loaders.plan import Layout, Progress
 from loaders.settings import LoaderSettings
-from loaders.source import Source, adopting_saved_plan, rank_stream
-from loaders.state import STATE_VERSION, LoaderStateError, check_state, make_state
+from loaders.source import Source, rank_stream, resume_on_saved_plan
+from loaders.state import STATE_VERSION, LoaderStateError, make_state
 
 __all__ = ["STATE_VERSION", "LoaderStateError", "ShardflowLoader", "build_dataloader"]
 
@@ -155,20 +155,14 @@ class ShardflowLoader:
         """Continue where ``state_dict`` was taken: on its plan where this loader's settings
         left a choice open (``run_blocks`` unset takes the state's, so a job started before
         the default changed resumes its own order); any other difference is refused."""
-        previous, self.source = self.source, adopting_saved_plan(self.source, state_dict)
-        try:
-            progress = check_state(state_dict, self.plan_identity())
-        except LoaderStateError:
-            self.source = previous
-            raise
+        source, progress = resume_on_saved_plan(self.source, state_dict, self.layout.lanes)
         here = (self.layout.world_size, self.layout.batch)
         if progress.into_step and progress.mid_step_layout != here:
-            self.source = previous
             raise LoaderStateError(
                 f"the state is {progress.into_step} samples into a global batch under (world "
                 f"size, batch size) {progress.mid_step_layout}, not {here}: resume on another "
                 "layout from a state taken at a global batch boundary")
-        self.progress = progress
+        self.source, self.progress = source, progress
 
     # -- iteration ---------------------------------------------------------------------
 

@@ -19,10 +19,9 @@ from loaders import plan
 from loaders.batches import BatchFormat, make_batch
 from loaders.plan import Layout, Progress
 from loaders.settings import LoaderSettings
-from loaders.source import DatasetSource, Source, Windows, adopting_saved_plan, rank_stream
+from loaders.source import DatasetSource, Source, Windows, rank_stream, resume_on_saved_plan
 from loaders.state import (
     LoaderStateError,
-    check_state,
     make_state,
 )
 
@@ -232,19 +231,13 @@ class TokenDataset(IterableDataset):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Make the next ``__iter__`` continue after the samples ``state`` had yielded (on
         the plan it was taken on where this dataset's settings left a choice open)."""
-        previous, self.source = self.source, adopting_saved_plan(self.source, state)
-        try:
-            progress = check_state(state, self.plan_identity())
-        except LoaderStateError:
-            self.source = previous
-            raise
+        source, progress = resume_on_saved_plan(self.source, state, self.layout.lanes)
         saved, mine = state.get("layout"), self._worker_layout()
         if saved != mine:
-            self.source = previous
             raise LoaderStateError(
                 f"worker state saved with layout {saved}, now {mine}: a StatefulDataLoader "
                 "resumes on the same rank, world size, batch_size and num_workers (the "
                 "build_dataloader loader's state resumes across them)")
-        self.progress = progress
+        self.source, self.progress = source, progress
         self._started, self._yielded = None, 0
         self._resume_skip = int(state["yielded"])

@@ -32,7 +32,7 @@ from loaders.cache import ChunkCache
 from loaders.prefetch import PrefetchingWindows
 from loaders.reader import RowGroupIndex, TokenReader
 from loaders.settings import LoaderSettings
-from loaders.state import PLAN_DEFAULTS
+from loaders.state import PLAN_DEFAULTS, check_state
 from storage import Manifest, ReplicaSet
 from storage.io.process_local import ProcessLocal, none
 
@@ -79,6 +79,17 @@ def adopting_saved_plan(source: Source, state: Any) -> Source:
     saved = state.get("plan") if isinstance(state, dict) else None
     adopt = getattr(source, "adopting", None)
     return adopt(saved) if isinstance(saved, dict) and adopt is not None else source
+
+
+def resume_on_saved_plan(source: Source, state: Any, lanes: int
+                         ) -> tuple[Source, plan.Progress]:
+    """The source to continue ``state`` on (:func:`adopting_saved_plan`) and the progress in
+    it, checked against that source's plan over ``lanes`` lanes
+    (:class:`loaders.state.LoaderStateError` naming any difference). Nothing is changed:
+    the caller takes the source only once all its own checks have passed."""
+    adopted = adopting_saved_plan(source, state)
+    identity = {**adopted.plan_identity(lanes), "lanes": lanes}
+    return adopted, check_state(state, identity)
 
 
 def rank_stream(source: Source, layout: plan.Layout, progress: plan.Progress,
