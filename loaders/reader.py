@@ -274,10 +274,16 @@ class TokenReader(ProcessLocal):
         sparse = (pq.ParquetFile(pa.BufferReader(pa.py_buffer(_sparse_shard(size, held))),
                                  metadata=meta) if held else None)
         out = {}
-        for start, _end, _sha, g in pieces:
+        for start, end, _sha, g in pieces:
             if g is None:
                 continue
             gi = int(self.index.group_of[g])
+            located = tokens.chunk_range(meta, gi)
+            if located != (start, end):  # decode only the bytes just verified
+                raise IndexFormatError(
+                    f"{path}: the footer places row group {gi}'s tokens at bytes "
+                    f"[{located[0]:,}, {located[1]:,}), the index verifies [{start:,}, {end:,}) "
+                    "(a crafted or damaged index or footer: run `storage verify`)")
             whole = mapped.get(start)
             parquet = self._mapped_file(shard, whole, meta) if whole is not None else sparse
             assert parquet is not None
@@ -295,7 +301,7 @@ class TokenReader(ProcessLocal):
                     f"{path}: row group {gi} holds {len(out[g]):,} tokens where the index "
                     f"says {want:,} (a crafted or damaged index; run `storage verify`)")
             if whole is not None:
-                MappedShards.release(whole, start, _end)
+                MappedShards.release(whole, start, end)
             if deliver is not None:
                 deliver(g, out[g])
         return out

@@ -187,14 +187,11 @@ def _describe(data: bytes, groups: list[tuple[int, int]], path: str) -> ShardInf
     """The manifest entry of a shard's bytes: each row group's ``input_ids`` column chunk
     (offset, length, digest), the footer, the whole file's checksum."""
     meta = pq.ParquetFile(io.BytesIO(data)).metadata
-    column = SCHEMA.get_field_index("input_ids")
     infos = []
     for i, (rows, n_tokens) in enumerate(groups):
-        chunk = meta.row_group(i).column(column)
-        start = (chunk.dictionary_page_offset if chunk.has_dictionary_page
-                 else chunk.data_page_offset)
-        length = chunk.total_compressed_size
-        piece = memoryview(data)[start:start + length]
+        start, end = tokens.chunk_range(meta, i)
+        length = end - start
+        piece = memoryview(data)[start:end]
         infos.append(RowGroupInfo(rows=rows, tokens=n_tokens, offset=start, length=length,
                                   blake3=piece_digest(piece)))
     footer_length = meta.serialized_size + 8

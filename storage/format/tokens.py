@@ -14,6 +14,7 @@ The manifest's ``schema["input_ids"]`` names the encoding, e.g. ``"binary<uint16
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -51,6 +52,18 @@ def dtype_of(encoding: str) -> np.dtype | None:
         raise TokenEncodingError(f"unknown input_ids encoding {encoding!r}; expected "
                                  f"'binary<uint16le>', 'binary<uint32le>' or {LEGACY_LIST!r}")
     return np.dtype(match.group(1)).newbyteorder("<")
+
+
+def chunk_range(meta: Any, row_group: int, column: str = "input_ids") -> tuple[int, int]:
+    """Where row group ``row_group``'s ``column`` chunk lies in its shard, ``[start, end)``, as
+    the footer (``pyarrow.parquet.FileMetaData``) places it: the bytes the index's offset and
+    length name and its digest covers. The writer records it from here, and a reader checks
+    the footer against the index with it before decoding, so that only verified bytes decode
+    (a footer that places a chunk elsewhere is crafted or damaged)."""
+    chunk = meta.row_group(row_group).column(meta.schema.names.index(column))
+    start = (chunk.dictionary_page_offset if chunk.has_dictionary_page
+             else chunk.data_page_offset)
+    return start, start + chunk.total_compressed_size
 
 
 def pack(lengths: np.ndarray, values: np.ndarray, dtype: np.dtype) -> pa.BinaryArray:

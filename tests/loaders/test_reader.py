@@ -12,9 +12,10 @@ import pytest
 from loaders import build_dataloader
 from loaders.prefetch import REMOTE_IN_FLIGHT, PrefetchingWindows
 from loaders.reader import _sparse_shard
-from storage import ReplicaSet
+from storage import IndexFormatError, ReplicaSet
 from storage.io.clients import CLIENT_ENV, ObstoreS3FileSystem
 from storage.io.range_file import RangeFile
+from tests.loaders._crafted import piece_moved_to_the_next_group
 
 pytest.importorskip("obstore")
 
@@ -65,6 +66,17 @@ def test_obstore_and_s3fs_deliver_the_same_epoch(s3_bucket, monkeypatch, tiny_da
     assert len(fast) == len(slow) == len(want) > 10
     assert all(np.array_equal(a, b) and np.array_equal(a, c)
                for a, b, c in zip(fast, slow, want, strict=True))
+
+
+def test_a_footer_placing_tokens_outside_the_verified_piece_is_refused_from_s3(
+        s3_bucket, tiny_dataset, tmp_path) -> None:
+    """From an object store only the verified pieces are in the copy decoded: a footer that
+    places row group 0 elsewhere is named, not decoded from zeros or a hole's bytes."""
+    url = f"{s3_bucket.url}/moved"
+    _copy(str(piece_moved_to_the_next_group(tiny_dataset, tmp_path)),
+          ReplicaSet.from_urls([url], s3_bucket.storage_options))
+    with pytest.raises(IndexFormatError, match=r"the footer places row group 0's tokens"):
+        _epoch(url, s3_bucket.storage_options)
 
 
 def test_corrupt_replica_fails_over_through_obstore(s3_buckets, monkeypatch,

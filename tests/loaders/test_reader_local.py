@@ -11,8 +11,9 @@ import pytest
 
 from loaders import build_dataloader
 from loaders.reader import MappedShards
-from storage import ChecksumMismatchError
+from storage import ChecksumMismatchError, IndexFormatError
 from storage.io.range_file import RangeFile
+from tests.loaders._crafted import piece_moved_to_the_next_group
 
 SEQ = 255
 
@@ -97,3 +98,14 @@ def test_mapped_shards_keep_a_bounded_number_and_old_buffers_stay_valid(tmp_path
         MappedShards().get(str(files[1]), 7)
     with pytest.raises(FileNotFoundError):
         maps.get(str(files[0]), 1000)
+
+
+def test_a_footer_placing_tokens_outside_the_verified_piece_is_refused(tiny_dataset,
+                                                                      tmp_path) -> None:
+    """The index's piece for row group 0 names row group 1's bytes (digest included, so it
+    verifies), the footer places row group 0 where it is: the mapped shard would decode bytes
+    no digest covered (it did, silently, before the reader compared the two)."""
+    ds = piece_moved_to_the_next_group(tiny_dataset, tmp_path)
+    with pytest.raises(IndexFormatError, match=r"the footer places row group 0's tokens at "
+                       r"bytes \[[\d,]+, [\d,]+\), the index verifies"):
+        _epoch(str(ds))
