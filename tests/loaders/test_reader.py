@@ -14,7 +14,6 @@ from loaders.prefetch import REMOTE_IN_FLIGHT, PrefetchingWindows
 from loaders.reader import _sparse_shard
 from storage import IndexFormatError, ReplicaSet
 from storage.io.clients import CLIENT_ENV, ObstoreS3FileSystem
-from storage.io.range_file import RangeFile
 from tests.loaders._crafted import piece_moved_to_the_next_group
 
 pytest.importorskip("obstore")
@@ -48,16 +47,12 @@ def test_sparse_shard_holds_only_its_pieces() -> None:
     assert data == bytes(want)  # zeros wherever no verified piece was written
 
 
-def test_obstore_and_s3fs_deliver_the_same_epoch(s3_bucket, monkeypatch, tiny_dataset) -> None:
+def test_obstore_and_s3fs_deliver_the_same_epoch(s3_bucket, monkeypatch, tiny_dataset,
+                                                 no_python_file_reads) -> None:
     url = f"{s3_bucket.url}/ds"
     opts = s3_bucket.storage_options
     _copy(tiny_dataset, ReplicaSet.from_urls([url], opts))
     local = tiny_dataset
-
-    def no_python_file(*args, **kwargs) -> None:  # pyarrow calls back into Python per read
-        raise AssertionError("a fetched piece was decoded through a Python file object")
-
-    monkeypatch.setattr(RangeFile, "readinto", no_python_file)
     monkeypatch.setenv(CLIENT_ENV, "obstore")
     fast = _epoch(url, opts)
     monkeypatch.setenv(CLIENT_ENV, "s3fs")

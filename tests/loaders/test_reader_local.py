@@ -12,7 +12,6 @@ import pytest
 from loaders import build_dataloader
 from loaders.reader import MappedShards
 from storage import ChecksumMismatchError, IndexFormatError
-from storage.io.range_file import RangeFile
 from tests.loaders._crafted import piece_moved_to_the_next_group
 
 SEQ = 255
@@ -32,14 +31,9 @@ def _replica(tiny_dataset: str, tmp_path: Path, name: str) -> str:
     return str(out)
 
 
-def test_local_reads_decode_from_the_mapping(tiny_dataset, monkeypatch) -> None:
+def test_local_reads_decode_from_the_mapping(tiny_dataset, no_python_file_reads) -> None:
     """No Python file object in the local decode path (each costs a GIL round trip)."""
     want = _epoch(tiny_dataset)
-
-    def no_python_file(*args, **kwargs) -> None:
-        raise AssertionError("a local piece was decoded through a Python file object")
-
-    monkeypatch.setattr(RangeFile, "readinto", no_python_file)
     got = _epoch(tiny_dataset)
     assert len(got) == len(want) > 10
     assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
