@@ -556,9 +556,9 @@ def measure_rounds(configs: tuple[str, ...], spec: dict[str, Any],
 
     Round ``r`` rotates the local configs among themselves by ``r``, and the S3 ones: the
     first config to read from the S3 server after the local ones ran slower in every round
-    (the default run at a59d1c3: the same loader 62.8-100.9 Mtok/s there against
-    105.7-112.6 one place later, in the same rounds), so no config holds that place in every
-    round."""
+    (at a59d1c3, two Shardflow configs from S3 in six rounds: whichever came first was the
+    slower, 62.8-100.9 vs 105.7-112.6 Mtok/s in one order, 89.8-94.0 vs 91.4-116.0 in the
+    other), so no config holds that place in every round."""
     parts: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
     one = {**spec, "runs": 1}
     for r in range(rounds):
