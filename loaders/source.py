@@ -159,9 +159,12 @@ class GroupPlan:
         it started with, whatever the default has become since; a value set on purpose is
         kept (and a state on another one is refused, by :func:`loaders.state.check_state`)."""
         k = saved.get("run_blocks", PLAN_DEFAULTS["run_blocks"])
+        # A state is outside input: a run longer than the dataset (its permutation's domain
+        # is padded to whole runs, so 10**9 would make a plan scan a billion empty slots) is
+        # not adopted, and the state check names it.
         if (self.settings.plan.run_blocks is not None or not isinstance(k, int)
-                or isinstance(k, bool) or k < 1):
-            return self  # a bad value is named by the state check
+                or isinstance(k, bool) or not 1 <= k <= max(1, len(self.group_samples))):
+            return self
         adopted = copy.copy(self)
         adopted.settings = replace(self.settings,
                                    plan=replace(self.settings.plan, run_blocks=k))

@@ -171,6 +171,11 @@ def test_run_blocks_is_part_of_the_plan_and_absent_means_one(tiny_dataset: str) 
         fresh.load_state_dict(json.loads(json.dumps(state)))
         assert fresh.state_dict()["plan"]["run_blocks"] == 3
         assert _ids(fresh) == whole[8:]
+    # a hostile state's run longer than the dataset is refused, not planned (its padded
+    # domain would be a billion empty slots to scan)
+    hostile = {**state, "plan": {**state["plan"], "run_blocks": 10**9}}
+    with pytest.raises(LoaderStateError, match="run_blocks: saved 1000000000, now 1"):
+        _loader(tiny_dataset, 4).load_state_dict(hostile)
     # the same samples as single blocks, in another order
     default = _ids(_loader(tiny_dataset, 4))
     assert set(whole) == set(default) and whole != default  # (padding repeats may differ)
