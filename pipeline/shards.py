@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from pipeline.plan import close_at_target
 from storage import RowGroupInfo, ShardInfo, digest_bytes, tokens
 from storage.format.checksums import piece_digest
+from storage.format.chunk_footer import footerless_codec
 
 SCHEMA = pa.schema([
     pa.field("doc_id", pa.string(), nullable=False),
@@ -185,7 +186,8 @@ class ShardWriter:
 
 def _describe(data: bytes, groups: list[tuple[int, int]], path: str) -> ShardInfo:
     """The manifest entry of a shard's bytes: each row group's ``input_ids`` column chunk
-    (offset, length, digest), the footer, the whole file's checksum."""
+    (offset, length, digest), the footer, the whole file's checksum, and the chunks' codec
+    (a reader then decodes them without fetching the footer)."""
     meta = pq.ParquetFile(io.BytesIO(data)).metadata
     infos = []
     for i, (rows, n_tokens) in enumerate(groups):
@@ -199,7 +201,8 @@ def _describe(data: bytes, groups: list[tuple[int, int]], path: str) -> ShardInf
                      tokens=sum(t for _, t in groups), bytes=len(data),
                      sha256=digest_bytes(data), row_groups=tuple(infos),
                      footer_length=footer_length,
-                     footer_sha256=digest_bytes(data[len(data) - footer_length:]))
+                     footer_sha256=digest_bytes(data[len(data) - footer_length:]),
+                     codec=footerless_codec(meta))
 
 
 def encode_table(table: pa.Table, dtype: np.dtype, target_rg_tokens: int,

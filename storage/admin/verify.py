@@ -11,8 +11,11 @@ the ones before passed:
    object's sha256, and for a shard each row group's piece digest (the loader's per-read
    check) and the footer's sha256;
 3. for a shard, what the loader decodes: the footer parses, holds as many row groups as the
-   index gives the shard, and each row group's token column decodes to the ``tokens`` the
-   plan counts on (and ``rows`` rows).
+   index gives the shard, places each row group's token chunk where the index does, agrees
+   with the codec the index records, and each row group's token column decodes to the
+   ``tokens`` the plan counts on (and ``rows`` rows) -- under the footer the loader uses:
+   the shard's own, or the one made from the index where the codec is recorded
+   (:mod:`storage.format.chunk_footer`).
 
 Memory: one chunk, plus the row group and footer being decoded (what a reader holds too;
 row groups over ``DECODE_LIMIT`` bytes are hashed but not decoded).
@@ -24,6 +27,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+from storage.format import chunk_footer
 from storage.format import tokens as token_codec
 from storage.format.checksums import PIECE_DIGEST
 from storage.format.manifest import ShardInfo
@@ -188,14 +192,29 @@ def _decode(shard: ShardInfo, pieces: list[_Piece], size: int,
     if meta.num_row_groups != len(shard.row_groups):
         return Finding("corrupt", f"the footer holds {meta.num_row_groups} row groups, the "
                                   f"index gives the shard {len(shard.row_groups)}")
+    if shard.codec and chunk_footer.footerless_codec(meta) != shard.codec:
+        return Finding("corrupt", f"the index records codec {shard.codec}, the footer's "
+                                  "token chunks are "
+                                  f"{chunk_footer.footerless_codec(meta) or 'not footer-free'}")
     for p in pieces:
         if p.group < 0 or p.keep is None:
             continue
         g = shard.row_groups[p.group]
         try:
-            table = pq.ParquetFile(RangeFile(size, p.start, bytes(p.keep), p.label),
-                                   metadata=meta).read_row_group(
-                p.group, columns=["input_ids"], use_threads=False)
+            located = token_codec.chunk_range(meta, p.group)
+            if located != (p.start, p.end):
+                return Finding("corrupt", f"{p.label}: the footer places it at "
+                                          f"[{located[0]:,}, {located[1]:,})")
+            if shard.codec:  # decoded as the loader does: under a footer from the index
+                values, raw = chunk_footer.page_values(p.keep)
+                one = chunk_footer.metadata([(0, len(p.keep), values, raw)],
+                                            chunk_footer.CODECS[shard.codec])
+                table = pq.ParquetFile(pa.BufferReader(pa.py_buffer(p.keep)),
+                                       metadata=one).read_row_group(0, use_threads=False)
+            else:
+                table = pq.ParquetFile(RangeFile(size, p.start, bytes(p.keep), p.label),
+                                       metadata=meta).read_row_group(
+                    p.group, columns=["input_ids"], use_threads=False)
             count = len(token_codec.unpack(table.column(0), encoding))
         except Exception as exc:
             return Finding("corrupt", f"{p.label} does not decode "

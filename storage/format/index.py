@@ -24,7 +24,10 @@ BLAKE3 or SHA-256, :mod:`storage.format.checksums`, keeps the audit property at 
 Shard columns: ``first_group`` (S+1),
 ``shard_rows``, ``shard_tokens``, ``shard_bytes``, ``shard_sha256`` (32 bytes),
 ``footer_length``, ``footer_sha256`` (32 bytes), ``path_end`` (S+1) and ``paths`` (the
-shard paths, UTF-8, concatenated).
+shard paths, UTF-8, concatenated); optional (absent from indexes written before it, which
+readers still take): ``shard_codec`` (u1: the Parquet codec of the shard's ``input_ids``
+chunks when a reader may decode them without the footer, :mod:`storage.format.chunk_footer`;
+255 for a shard whose footer must be read).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from storage.format.checksums import PIECE_DIGEST, SHA256
+from storage.format.chunk_footer import CODECS, NO_CODEC
 from storage.format.layout import UnsafePathError, index_name, safe_relative
 from storage.format.manifest import (
     FORMAT_V2,
@@ -59,6 +63,9 @@ GROUP_COLUMNS = {"rows": "<u4", "tokens": "<u4", "offset": "<u8", "length": "<u4
 SHARD_COLUMNS = {"first_group": "<u8", "shard_rows": "<u8", "shard_tokens": "<u8",
                  "shard_bytes": "<u8", "shard_sha256": "V32", "footer_length": "<u8",
                  "footer_sha256": "V32", "path_end": "<u8", "paths": "u1"}
+#: per-shard columns an index may lack (written since; a reader of an index without them
+#: falls back to what they save it, e.g. the shard's footer)
+OPTIONAL_SHARD_COLUMNS = {"shard_codec": "u1"}
 
 
 class IndexFormatError(ValueError):
@@ -80,10 +87,13 @@ def digest_hex(column: np.ndarray, i: int) -> str:
 
 def build_index_arrays(columns: dict[str, np.ndarray]) -> bytes:
     """The index object from its columns (names and dtypes of ``GROUP_COLUMNS`` and
-    ``SHARD_COLUMNS``). Deterministic: the same columns give the same bytes."""
+    ``SHARD_COLUMNS``, and any of ``OPTIONAL_SHARD_COLUMNS``). Deterministic: the same
+    columns give the same bytes."""
     want = {**GROUP_COLUMNS, **SHARD_COLUMNS}
-    if set(columns) != set(want):
-        raise ValueError(f"index columns {sorted(columns)}, expected {sorted(want)}")
+    if not set(want) <= set(columns) <= set(want) | set(OPTIONAL_SHARD_COLUMNS):
+        raise ValueError(f"index columns {sorted(columns)}, expected {sorted(want)} and any "
+                         f"of {sorted(OPTIONAL_SHARD_COLUMNS)}")
+    want = {**want, **{k: v for k, v in OPTIONAL_SHARD_COLUMNS.items() if k in columns}}
     n_groups = len(columns["rows"])
     n_shards = len(columns["shard_rows"])
     blobs, table = [], {}
@@ -134,6 +144,8 @@ def build_index(shards: Sequence[Any], digest: str | None = None) -> bytes:
         "footer_sha256": _hex_to_bytes([s.footer_sha256 for s in shards], 32),
         "path_end": np.concatenate([[0], np.cumsum([len(p) for p in paths])]).astype(np.uint64),
         "paths": np.frombuffer(b"".join(paths), dtype=np.uint8),
+        "shard_codec": np.array([CODECS.get(getattr(s, "codec", ""), NO_CODEC)
+                                 for s in shards], dtype=np.uint8),
     }
     for name in ("rows", "tokens", "length"):
         if len(columns[name]) and int(columns[name].max()) >= 1 << 32:
@@ -188,7 +200,8 @@ class IndexHeader:
         columns = h.get("columns")
         if not isinstance(columns, dict):
             raise IndexFormatError("index header field 'columns' is not an object")
-        for name, dtype in {**GROUP_COLUMNS, **SHARD_COLUMNS}.items():
+        optional = {k: v for k, v in OPTIONAL_SHARD_COLUMNS.items() if k in columns}
+        for name, dtype in {**GROUP_COLUMNS, **SHARD_COLUMNS, **optional}.items():
             c = columns.get(name)
             if not isinstance(c, dict):
                 raise IndexFormatError(f"index header: column {name!r} is missing")
@@ -220,6 +233,7 @@ class IndexHeader:
         arr = np.frombuffer(data, dtype=c["dtype"])
         want = {**dict.fromkeys(GROUP_COLUMNS, self.row_groups),
                 **dict.fromkeys(SHARD_COLUMNS, self.shards),
+                **dict.fromkeys(OPTIONAL_SHARD_COLUMNS, self.shards),
                 "first_group": self.shards + 1, "path_end": self.shards + 1}.get(name)
         if name != "paths" and want is not None and len(arr) != want:
             raise IndexFormatError(f"index column {name!r} has {len(arr)} values, the header "
@@ -245,7 +259,8 @@ def check_values(cols: dict[str, np.ndarray], where: str = "index") -> None:
     - ``path_end``: starts at 0, never decreases, ends at the length of ``paths``; each path
       is UTF-8 and stays inside the dataset root;
     - ``footer_length`` fits in ``shard_bytes``; each row group's ``offset + length`` lies in
-      its shard before the footer.
+      its shard before the footer;
+    - ``shard_codec`` is a codec :mod:`storage.format.chunk_footer` knows, or 255.
     """
     def bad(name: str, i: int, text: str) -> IndexFormatError:
         return IndexFormatError(f"{where}: {name}[{i}] {text}")
@@ -264,6 +279,12 @@ def check_values(cols: dict[str, np.ndarray], where: str = "index") -> None:
             raise bad(name, len(v) - 1, f"= {int(v[-1])}, must be {end}")
         return v
 
+    if "shard_codec" in cols:
+        known = np.array([*CODECS.values(), NO_CODEC], dtype=np.uint8)
+        odd = np.flatnonzero(~np.isin(cols["shard_codec"], known))
+        if len(odd):
+            raise bad("shard_codec", int(odd[0]), f"= {int(cols['shard_codec'][odd[0]])} is "
+                      "not a known Parquet codec")
     groups = next((len(cols[n]) for n in GROUP_COLUMNS if n in cols), None)
     first = monotonic("first_group", groups) if "first_group" in cols else None
     if "path_end" in cols:
@@ -328,6 +349,8 @@ LOADER_PLAN_COLUMNS = ("tokens", "first_group")
 #: not be checked against their shard's size, see :func:`check_values`)
 LOADER_READ_COLUMNS = ("first_group", "offset", "length", "digest", "shard_bytes",
                        "shard_sha256", "footer_length", "footer_sha256", "path_end", "paths")
+#: read when the index has them: with ``shard_codec`` a shard's footer is never fetched
+LOADER_OPTIONAL_COLUMNS = tuple(OPTIONAL_SHARD_COLUMNS)
 
 
 
@@ -371,6 +394,9 @@ def shards_from_columns(cols: dict[str, np.ndarray], digest: str = SHA256
     offs, lens = cols["offset"].tolist(), cols["length"].tolist()
     digests = cols["digest"].tobytes()
     field = "blake3" if digest == PIECE_DIGEST else "sha256"
+    name_of = {v: k for k, v in CODECS.items()}
+    codecs = (cols["shard_codec"].tolist() if "shard_codec" in cols
+              else [NO_CODEC] * len(paths))
     groups = [RowGroupInfo(rows[i], toks[i], offs[i], lens[i], **{
         field: digests[i * DIGEST_BYTES:(i + 1) * DIGEST_BYTES].hex()})
         for i in range(len(rows))]
@@ -381,5 +407,6 @@ def shards_from_columns(cols: dict[str, np.ndarray], digest: str = SHA256
             bytes=int(cols["shard_bytes"][s]), sha256=digest_hex(cols["shard_sha256"], s),
             row_groups=tuple(groups[first[s]:first[s + 1]]),
             footer_length=int(cols["footer_length"][s]),
-            footer_sha256=digest_hex(cols["footer_sha256"], s)))
+            footer_sha256=digest_hex(cols["footer_sha256"], s),
+            codec=name_of.get(codecs[s], "")))
     return tuple(out)

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from storage.format.checksums import PIECE_ALGORITHMS, SHA256
+from storage.format.chunk_footer import CODECS
 from storage.format.fields import FieldError, Fields
 from storage.format.layout import MANIFEST, UnsafePathError, safe_relative
 
@@ -100,6 +101,10 @@ class ShardInfo:
     row_groups: tuple[RowGroupInfo, ...]
     footer_length: int = 0
     footer_sha256: str = ""
+    #: the Parquet codec of the ``input_ids`` chunks (``storage.format.chunk_footer.CODECS``)
+    #: when a reader can decode them without the shard's footer; ``""``: read the footer
+    #: (datasets written before it was recorded)
+    codec: str = ""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | Fields) -> ShardInfo:
@@ -113,6 +118,7 @@ class ShardInfo:
             row_groups=tuple(RowGroupInfo.from_dict(g) for g in f.objects("row_groups")),
             footer_length=f.integer("footer_length", 0),
             footer_sha256=f.hex_digest("footer_sha256", ""),
+            codec=f.choice("codec", ("", *CODECS), ""),
         )
 
 
@@ -258,6 +264,8 @@ class Manifest:
         else:  # exactly the v1 layout, so a v1 manifest re-serialises to its own bytes
             del d["index"], d["totals"]
             for shard in d["shards"]:
+                if not shard["codec"]:
+                    del shard["codec"]
                 for group in shard["row_groups"]:
                     if not group["blake3"]:
                         del group["blake3"]

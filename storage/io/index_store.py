@@ -19,6 +19,7 @@ from storage.format.index import (
     GROUP_COLUMNS,
     HEAD_GUESS,
     MAGIC,
+    OPTIONAL_SHARD_COLUMNS,
     SHARD_COLUMNS,
     IndexFormatError,
     IndexHeader,
@@ -84,25 +85,28 @@ def _fetch_header(store: ReplicaSet, ref: IndexRef) -> bytes:
 
 
 def fetch_columns(store: ReplicaSet, ref: IndexRef, names: Sequence[str],
-                  cache: PieceCache | None = None) -> dict[str, np.ndarray]:
+                  cache: PieceCache | None = None, optional: Sequence[str] = ()
+                  ) -> dict[str, np.ndarray]:
     """The columns ``names`` of the index ``ref``, each verified (a corrupt replica fails over
     to the next), through ``cache`` when given (keys: the object's, the header's and each
     column's sha256, so a hit is always the right bytes).
 
     Small indexes (up to ``WHOLE_OBJECT_BYTES``) come in one GET; larger ones as the header
     plus one ranged GET per column asked for: a plan that needs ``tokens`` reads 4 bytes per
-    row group, not 36.
+    row group, not 36. ``optional``: columns also read when the index has them (an index
+    written before them has not).
     """
     if ref.bytes <= WHOLE_OBJECT_BYTES:
         data = _through(cache, ref.sha256, lambda: store.get(ref.path, sha256=ref.sha256))
         cols = read_index(data, ref.header_sha256)
         out = {name: cols[name] for name in names}
+        out.update({name: cols[name] for name in optional if name in cols})
         check_values(out, ref.path)
         return out
     raw = _through(cache, ref.header_sha256, lambda: _fetch_header(store, ref))
     header = IndexHeader.from_raw(raw, ref.header_sha256)
     out = {}
-    for name in names:
+    for name in (*names, *(n for n in optional if n in header.columns)):
         c = header.columns[name]
         lo, hi = header.span(name)
         if hi > ref.bytes:
@@ -140,7 +144,8 @@ def shards_of(store: ReplicaSet | str, manifest: Manifest) -> tuple[ShardInfo, .
         if ref.sha256 in _SHARDS:
             _SHARDS.move_to_end(ref.sha256)
             return _SHARDS[ref.sha256]
-    cols = fetch_columns(as_store(store), ref, list({**GROUP_COLUMNS, **SHARD_COLUMNS}))
+    cols = fetch_columns(as_store(store), ref, list({**GROUP_COLUMNS, **SHARD_COLUMNS}),
+                         optional=list(OPTIONAL_SHARD_COLUMNS))
     check_counts(manifest, cols)
     shards = shards_from_columns(cols, ref.digest)
     with _SHARDS_LOCK:

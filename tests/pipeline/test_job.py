@@ -302,6 +302,8 @@ def test_shard_compression_lz4_and_none_hold_the_same_tokens(
 
     want, want_epoch = rows(tiny_dataset), epoch(tiny_dataset)
     assert read_manifest(tiny_dataset).config.get("shard_compression") is None  # zstd: unsaid
+    # each shard's codec is in the index, so readers decode without fetching its footer
+    assert {s.codec for s in shards_of(tiny_dataset, read_manifest(tiny_dataset))} == {"ZSTD"}
     for codec, name in (("lz4", "LZ4"), ("none", "UNCOMPRESSED")):
         out = tmp_path / codec
         run(_cfg([str(corpus_dir / "*.txt")], out, row_group_tokens=8192,
@@ -312,6 +314,7 @@ def test_shard_compression_lz4_and_none_hold_the_same_tokens(
             meta = pq.ParquetFile(out / shard.path).metadata
             assert {meta.row_group(i).column(j).compression for i in range(meta.num_row_groups)
                     for j in range(meta.num_columns)} == {name}, shard.path
+            assert shard.codec == {"LZ4": "LZ4_RAW"}.get(name, name)
         assert rows(str(out)) == want
-        assert torch.equal(epoch(str(out)), want_epoch)
+        assert torch.equal(epoch(str(out)), want_epoch)  # under footers made from the index
         assert verify(ReplicaSet.from_urls([str(out)])).ok

@@ -24,8 +24,9 @@ from hypothesis import strategies as st
 from loaders import TokenDataset
 from pipeline.config import PipelineConfig
 from pipeline.job import run
-from storage import ReplicaSet, commit, read_manifest
+from storage import ReplicaSet, commit, read_manifest, shards_of
 from storage.admin.scrub import verify
+from storage.format.chunk_footer import CODECS
 from storage.format.index import IndexFormatError, build_index_arrays, index_ref, read_index
 from storage.format.layout import index_name
 from storage.format.manifest import ManifestError, Totals
@@ -124,7 +125,7 @@ def test_a_shard_with_no_footer_location_fails_verify_as_the_loader_refuses_it(
 FIELDS = {"tokens": (0, 1, 2**32 - 1), "first_group": (0, 1, 2, 2**63),
           "offset": (0, 4, 2**40), "length": (0, 1, 2**31), "path_end": (0, 1, 2**40),
           "shard_bytes": (0, 100, 2**40), "footer_length": (0, 8, 2**40),
-          "digest": None, "footer_sha256": None}
+          "shard_codec": (0, 1, 6, 7, 255), "digest": None, "footer_sha256": None}
 
 
 @st.composite
@@ -170,7 +171,12 @@ def test_verify_and_the_loader_agree_on_crafted_indexes(
         report = verify(ReplicaSet.from_urls([str(ds)]))
     except OURS as exc:  # pragma: no cover - verify reports, it does not raise
         pytest.fail(f"verify raised {exc!r}")
-    assert report.ok == (outcome == "same"), (columns, totals, fix, outcome, report.render())
+    # The loader decodes under a footer made from the index (the shards' codecs are
+    # recorded), so a crafted footer checksum or length, which verify reports, does not
+    # change what it reads: the same samples, never wrong ones.
+    unused = set(columns) <= {"footer_sha256", "footer_length"} and outcome == "same"
+    assert report.ok == (outcome == "same") or (not report.ok and unused), (
+        columns, totals, fix, outcome, report.render())
 
 
 _REFERENCE: dict[str, list[list[int]]] = {}
@@ -233,3 +239,25 @@ def test_a_manifest_claiming_a_huge_size_is_not_read_whole(small: Path, tmp_path
     report = verify(ReplicaSet.from_urls([str(ds)]))
     text = report.render()
     assert not report.ok and "manifest.json" in text and "more than the" in text, text
+
+
+def test_a_wrong_codec_in_the_index_is_refused_by_the_loader_and_named_by_verify(
+        small: Path, tmp_path: Path) -> None:
+    """The loader decodes under a footer made from the index: a crafted codec (every other
+    one it knows, checksums recomputed) must fail the decode naming the shard and row group,
+    never give other tokens; verify compares it with the footer's."""
+    recorded = shards_of(str(small), read_manifest(str(small)))[0].codec
+    assert recorded == "ZSTD"
+    for name, value in CODECS.items():
+        if name == recorded:
+            continue
+        ds = tmp_path / name
+        shutil.copytree(small, ds)
+        craft(ds, {"shard_codec": {0: value}})
+        with pytest.raises(IndexFormatError, match=r"part-\S+\.parquet: row group \d+ does "
+                           r"not decode from the bytes the index locates"):
+            _samples(ds)
+        report = verify(ReplicaSet.from_urls([str(ds)]))
+        assert not report.ok
+        assert f"the index records codec {name}, the footer's token chunks are ZSTD" in (
+            report.render())

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
+from storage.format.chunk_footer import CODECS, NO_CODEC
 from storage.format.index import (
     IndexFormatError,
     build_index,
+    build_index_arrays,
+    check_values,
     digest_hex,
     index_ref,
     read_columns,
     read_index,
     shard_paths,
+    shards_from_columns,
 )
 from storage.format.manifest import RowGroupInfo, ShardInfo
 
@@ -78,3 +84,26 @@ def test_under_48_bytes_per_row_group() -> None:
     shards = _shards(n_shards=10, groups=500)
     n = sum(len(s.row_groups) for s in shards)
     assert len(build_index(shards)) / n < 48
+
+
+def test_shard_codecs_round_trip_and_an_older_index_reads_without_them() -> None:
+    shards = [replace(s, codec=c) for s, c in zip(_shards(), ["ZSTD", "", "LZ4_RAW"],
+                                                    strict=True)]
+    cols = read_index(build_index(shards))
+    assert cols["shard_codec"].tolist() == [CODECS["ZSTD"], NO_CODEC, CODECS["LZ4_RAW"]]
+    assert [s.codec for s in shards_from_columns(cols)] == ["ZSTD", "", "LZ4_RAW"]
+    # An index written before the column existed: read as before, every codec unknown.
+    older = {k: v for k, v in cols.items() if k != "shard_codec"}
+    again = read_index(build_index_arrays(older))
+    assert "shard_codec" not in again
+    assert [s.codec for s in shards_from_columns(again)] == ["", "", ""]
+    check_values(again)
+
+
+def test_an_unknown_codec_in_the_index_is_named() -> None:
+    cols = dict(read_index(build_index(_shards())))
+    cols["shard_codec"] = np.array([CODECS["ZSTD"], 3, CODECS["ZSTD"]], dtype=np.uint8)  # LZO
+    with pytest.raises(IndexFormatError, match=r"shard_codec\[1\] = 3 is not a known"):
+        check_values(read_index(build_index_arrays(cols)))
+    with pytest.raises(ValueError, match="index columns"):
+        build_index_arrays({**cols, "shard_kind": np.zeros(3, dtype=np.uint8)})

@@ -147,3 +147,18 @@ def test_any_mutation_is_accepted_or_refused_cleanly(where: str, key: str, value
         Manifest.from_json(json.dumps(d))
     except (ManifestError, UnsafePathError) as exc:
         assert "manifest.json" in str(exc)
+
+
+def test_a_shards_codec_is_kept_and_an_absent_one_is_not_written(tmp_path: Path) -> None:
+    """A v1 manifest written before shards had a codec re-serialises to its own bytes; one
+    with it keeps it; a codec this version cannot decode without the footer is refused."""
+    plain = _manifest()
+    assert '"codec"' not in plain.to_json()
+    m = _manifest()
+    m = Manifest(tokenizer=m.tokenizer, schema=m.schema,
+                 shards=(ShardInfo(**{**m.shards[0].__dict__, "codec": "ZSTD"}),))
+    assert Manifest.from_json(m.to_json()) == m and '"codec": "ZSTD"' in m.to_json()
+    bad = json.loads(m.to_json())
+    bad["shards"][0]["codec"] = "LZO"
+    with pytest.raises(ManifestError, match=r"shards\[0\]\.codec must be one of"):
+        Manifest.from_json(json.dumps(bad))
