@@ -43,6 +43,7 @@ from storage import (
     ReplicaSet,
     tokens,
 )
+from storage.format import chunk_footer
 from storage.format.checksums import piece_matches
 from storage.format.index import digest_hex
 from storage.format.layout import UnsafePathError
@@ -178,6 +179,9 @@ class TokenReader(ProcessLocal):
         self.bytes_read = 0
         self.groups_read = 0
         self.requests = 0  # GETs of row groups (and footers) made to the store
+        #: shards' footers fetched and parsed (each held for the reader's life); none for a
+        #: dataset whose index records the shards' codecs (storage.format.chunk_footer)
+        self.footers_read = 0
         #: the coalescing window learned from this reader's requests (loaders.prefetch)
         self.coalesce_window: Any = None
         #: holes up to this are read through, not requested separately
@@ -203,10 +207,11 @@ class TokenReader(ProcessLocal):
         """Fetch, verify and decode row groups of ONE shard with as few GETs as possible.
 
         Object stores charge a round trip per request (~10 ms on a loopback SeaweedFS, more
-        across a network), so byte ranges that are close together — neighbouring row groups,
-        and the footer when it is not cached yet — are merged into one ranged GET (holes up
-        to ``HOLE_BYTES``, requests up to ``MAX_REQUEST_BYTES``). Every piece is still checked
-        against its own digest, and a mismatch fails the read over to another replica.
+        across a network), so byte ranges that are close together — neighbouring row groups
+        (and, for a shard whose index does not record its codec, the footer when it is not
+        cached yet) — are merged into one ranged GET (holes up to ``HOLE_BYTES``, requests up
+        to ``MAX_REQUEST_BYTES``). Every piece is still checked against its own digest, and a
+        mismatch fails the read over to another replica.
 
         ``deliver(g, tokens)`` is called as each row group is decoded, in the order of
         ``groups``: a caller waiting for the first one (the first batch from an object store,
@@ -215,27 +220,32 @@ class TokenReader(ProcessLocal):
         shard = int(self.index.shard_of[groups[0]])
         where = self.index.locations(self.store)
         path, size = where.paths[shard], int(where.shard_bytes[shard])
-        footer_at = where.footer(shard)
-        if not footer_at[2]:
-            raise ManifestError(f"{path}: manifest lacks footer/row-group locations; "
-                                "rebuild the dataset with this version of the pipeline")
+        # With the shard's codec in the index the decode needs no footer (one GET and its
+        # parsed form fewer per shard and process: storage.format.chunk_footer).
+        codec = where.codec_of(shard) if self._footerless else None
         # start, end, key (storage.checksums.piece_key: what the piece must hash to), group
         pieces: list[tuple[int, int, str, int | None]] = []
         for g in groups:
             if int(self.index.shard_of[g]) != shard:
                 raise ValueError("fetch_groups takes row groups of one shard")
             pieces.append((*where.piece(g), g))
-        if shard not in self._meta:
+        footer_at = where.footer(shard)
+        if not footer_at[2]:  # (only older datasets, or a crafted index, lack it)
+            raise ManifestError(f"{path}: manifest lacks footer/row-group locations; "
+                                "rebuild the dataset with this version of the pipeline")
+        if codec is None and shard not in self._meta:
             pieces.append((*footer_at, None))
         fetched: dict[int, Any] = {}
-        #: pieces verified in place in a mapped local shard: decoded from the whole mapping
-        mapped: dict[int, mmap.mmap] = {}
+        #: pieces verified in place in a mapping of the whole shard (a local replica, or the
+        #: cache's shard-shaped file), or inside a fetched request's buffer: decoded from it,
+        #: at ``(buffer, offset in it)``
+        placed: dict[int, tuple[Any, int]] = {}
         missing = pieces
         cache = self.cache
         if cache is not None:
             # Row groups live in the cache's shard-shaped file, decoded from its mapping like a
             # local shard; the footer is an entry of its own.
-            placed = cache.shard_key(digest_hex(where.shard_sha256, shard))
+            in_cache = cache.shard_key(digest_hex(where.shard_sha256, shard))
             missing = []
             for piece in pieces:
                 start, end, key, g = piece
@@ -245,54 +255,54 @@ class TokenReader(ProcessLocal):
                         fetched[start] = data
                         continue
                 else:
-                    hit = cache.get_placed(placed, size, start, end, key)
+                    hit = cache.get_placed(in_cache, size, start, end, key)
                     if hit is not None:
-                        mapped[start] = hit
+                        placed[start] = (hit, start)
                         continue
                 missing.append(piece)
         for request in _coalesce(sorted(missing), self.hole_bytes):
-            got, whole = self._get_verified(path, size, request)
+            got, whole, buffer = self._get_verified(path, size, request)
             fetched.update(got)
             if whole is not None:
-                mapped.update((start, whole) for start, *_ in request)
+                placed.update((start, (whole, start)) for start, *_ in request)
+            elif codec is not None:  # decoded where it arrived: no copy
+                placed.update((start, (buffer, start - request[0][0])) for start, *_ in request)
             if cache is not None:
                 for start, _end, key, g in request:
                     if g is None:
                         cache.put(key, got[start])
                     else:
-                        cache.put_placed(placed, size, start, got[start])
+                        cache.put_placed(in_cache, size, start, got[start])
         footer = next((fetched.pop(p[0]) for p in pieces if p[3] is None), None)
         if footer is not None:
             self._meta[shard] = _metadata_from_footer(footer)
-        meta = self._meta[shard]
-        # Pieces fetched into memory are decoded from one shard-sized sparse copy holding only
-        # them (one Parquet reader for the call): a Python file object serving each row group
-        # cost ~0.3 ms of CPU more per row group (pyarrow calls back into Python for every
-        # read) and made the loader from S3 CPU-bound at ~120 Mtok/s on 2 cores.
-        held = [(start, fetched[start]) for start, _e, _k, g in pieces
-                if g is not None and start not in mapped]
-        sparse = (pq.ParquetFile(pa.BufferReader(pa.py_buffer(_sparse_shard(size, held))),
-                                 metadata=meta) if held else None)
+            self.footers_read += 1
+        group_pieces = [p for p in pieces if p[3] is not None]
+        if codec is None:
+            meta = self._meta[shard]
+            files = self._footer_files(shard, size, group_pieces, fetched, placed, meta)
+        else:
+            meta, files = self._index_files(path, group_pieces, fetched, placed, codec)
         out = {}
-        for start, end, _sha, g in pieces:
-            if g is None:
-                continue
+        for i, (start, end, _sha, g) in enumerate(group_pieces):
+            assert g is not None
             gi = int(self.index.group_of[g])
-            located = tokens.chunk_range(meta, gi)
-            if located != (start, end):  # decode only the bytes just verified
+            number = gi if codec is None else i  # the row group's number in ``meta``
+            held = placed.get(start)
+            at = held[1] if held is not None else start  # where the piece is in its buffer
+            located = tokens.chunk_range(meta, number)
+            if located != (at, at + end - start):  # decode only the bytes just verified
                 raise IndexFormatError(
                     f"{path}: the footer places row group {gi}'s tokens at bytes "
                     f"[{located[0]:,}, {located[1]:,}), the index verifies [{start:,}, {end:,}) "
                     "(a crafted or damaged index or footer: run `storage verify`)")
-            whole = mapped.get(start)
-            parquet = self._mapped_file(shard, whole, meta) if whole is not None else sparse
-            assert parquet is not None
             try:
-                table = parquet.read_row_group(gi, columns=["input_ids"], use_threads=False)
+                table = files[start].read_row_group(number, columns=["input_ids"],
+                                                    use_threads=False)
             except (pa.ArrowException, OSError) as exc:  # the footer points past its pieces
                 raise IndexFormatError(
                     f"{path}: row group {gi} does not decode from the bytes the index "
-                    f"locates and verifies ({exc}; a crafted or damaged index or footer: "
+                    f"locates and verifies ({exc}; a crafted or damaged index or shard: "
                     "run `storage verify`)") from exc
             out[g] = tokens.unpack(table.column(0), self.index.encoding)
             want = int(self.index.starts[g + 1] - self.index.starts[g])
@@ -300,11 +310,67 @@ class TokenReader(ProcessLocal):
                 raise IndexFormatError(
                     f"{path}: row group {gi} holds {len(out[g]):,} tokens where the index "
                     f"says {want:,} (a crafted or damaged index; run `storage verify`)")
-            if whole is not None:
-                MappedShards.release(whole, start, end)
+            if held is not None and isinstance(held[0], mmap.mmap):
+                MappedShards.release(held[0], held[1], held[1] + end - start)
             if deliver is not None:
                 deliver(g, out[g])
         return out
+
+    @property
+    def _footerless(self) -> bool:
+        """Binary token columns decode without the footer where the index records a codec
+        (``list<int32>`` ones, from long before, always read it)."""
+        return tokens.dtype_of(self.index.encoding) is not None
+
+    def _footer_files(self, shard: int, size: int, pieces: list[tuple[int, int, str, Any]],
+                      fetched: dict[int, Any], placed: dict[int, tuple[Any, int]],
+                      meta: pq.FileMetaData) -> dict[int, pq.ParquetFile]:
+        """Per piece, a Parquet reader under the shard's own footer: a mapped shard's (kept
+        per thread), or one shard-sized sparse copy holding the fetched pieces (one reader for
+        the call: a Python file object serving each row group cost ~0.3 ms of CPU more per
+        row group, pyarrow calls back into Python for every read)."""
+        held = [(start, fetched[start]) for start, *_ in pieces if start not in placed]
+        sparse = (pq.ParquetFile(pa.BufferReader(pa.py_buffer(_sparse_shard(size, held))),
+                                 metadata=meta) if held else None)
+        files: dict[int, pq.ParquetFile] = {}
+        for start, *_ in pieces:
+            if start in placed:
+                files[start] = self._mapped_file(shard, placed[start][0], meta)
+            else:
+                assert sparse is not None
+                files[start] = sparse
+        return files
+
+    def _index_files(self, path: str, pieces: list[tuple[int, int, str, Any]],
+                     fetched: dict[int, Any], placed: dict[int, tuple[Any, int]], codec: int
+                     ) -> tuple[pq.FileMetaData, dict[int, pq.ParquetFile]]:
+        """A footer for just these pieces (row group ``i`` is ``pieces[i]``, at its offset in
+        the buffer it is decoded from: the shard's mapping, or the fetched request's buffer,
+        without a copy), made from the index and the pieces' own page headers; and per piece
+        its Parquet reader (one per buffer)."""
+        chunks = []
+        for start, end, _key, g in pieces:
+            buffer, offset = placed[start]
+            try:
+                values, raw = chunk_footer.page_values(
+                    memoryview(buffer)[offset:offset + end - start])
+            except chunk_footer.ChunkFormatError as exc:
+                raise IndexFormatError(
+                    f"{path}: row group {int(self.index.group_of[g])}'s token chunk "
+                    f"[{start:,}, {end:,}): {exc} (a crafted or damaged index or shard: run "
+                    "`storage verify`)") from None
+            chunks.append((offset, end - start, values, raw))
+        meta = chunk_footer.metadata(chunks, codec)
+        readers: dict[int, pq.ParquetFile] = {}
+        files = {}
+        for start, *_ in pieces:
+            buffer = placed[start][0]
+            reader = readers.get(id(buffer))
+            if reader is None:
+                reader = readers[id(buffer)] = pq.ParquetFile(
+                    pa.BufferReader(pa.py_buffer(buffer)), metadata=meta)
+            files[start] = reader
+        return meta, files
 
     def _mapped_file(self, shard: int, whole: Any, meta: pq.FileMetaData) -> pq.ParquetFile:
         """This thread's Parquet reader over a mapped shard, made once per shard and thread.
@@ -328,11 +394,12 @@ class TokenReader(ProcessLocal):
 
     def _get_verified(self, path: str, size: int,
                       pieces: list[tuple[int, int, str, int | None]]
-                      ) -> tuple[dict[int, Any], pa.Buffer | None]:
-        """The pieces, verified, by start; and the whole mapped shard when it is local."""
+                      ) -> tuple[dict[int, Any], Any, memoryview]:
+        """The pieces, verified, by start; the whole mapped shard when it is local; and the
+        request's bytes (``pieces[0]``'s start is their first)."""
         lo, hi = pieces[0][0], max(p[1] for p in pieces)
 
-        def fetch(loc) -> tuple[dict[int, Any], pa.Buffer | None]:  # type: ignore[no-untyped-def]
+        def fetch(loc) -> tuple[dict[int, Any], Any, memoryview]:  # type: ignore[no-untyped-def]
             whole = None
             if loc.is_local:  # mapped: verified in place, no copy
                 try:
@@ -353,7 +420,7 @@ class TokenReader(ProcessLocal):
                         f"{path}[{start}:{end}] does not match its checksum "
                         f"{key[:15]}... in the index (a corrupt or different copy)")
                 out[start] = piece
-            return out, whole
+            return out, whole, data
 
         result = self.store.read(path, fetch, f"{path}[{lo}:{hi}]")
         self._count(hi - lo, sum(1 for p in pieces if p[3] is not None))

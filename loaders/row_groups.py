@@ -6,11 +6,11 @@ manifest format.
   against the manifest, through the local cache when one is set, once per rank.
 - The reads need where each row group's token column chunk is (``offset``, ``length``) and its
   checksum (``digest``: the first 16 bytes of its BLAKE3, or SHA-256 in older datasets), and
-  each shard's path, size and
-  footer: :meth:`RowGroupIndex.locations` reads those columns on the first read, once per
-  process (a DataLoader worker inherits them when they were read before it was started); an
-  index small enough to come in one GET (``WHOLE_OBJECT_BYTES``) gives them at once, from
-  the same bytes as the plan's.
+  each shard's path, size, footer and (``shard_codec``, in indexes written since) the codec
+  that lets its chunks decode without the footer: :meth:`RowGroupIndex.locations` reads those
+  columns on the first read, once per process (a DataLoader worker inherits them when they
+  were read before it was started); an index small enough to come in one GET
+  (``WHOLE_OBJECT_BYTES``) gives them at once, from the same bytes as the plan's.
 
 A ``shardflow.dataset/1`` manifest lists the same facts inline; they are turned into the same
 arrays (through :func:`storage.index.build_index`), so the reader has one code path. Nothing
@@ -27,8 +27,10 @@ import numpy as np
 from loaders import shared_index
 from storage import Manifest, ManifestError, ReplicaSet, tokens
 from storage.format.checksums import SHA256, piece_key
+from storage.format.chunk_footer import NO_CODEC
 from storage.format.index import (
     DIGEST_BYTES,
+    LOADER_OPTIONAL_COLUMNS,
     LOADER_PLAN_COLUMNS,
     LOADER_READ_COLUMNS,
     build_index,
@@ -58,12 +60,22 @@ class Locations:
     shard_sha256: np.ndarray
     #: what ``digest`` holds: ``blake3`` or ``sha256`` prefixes (``storage.checksums``)
     algorithm: str = SHA256
+    #: per shard, the Parquet codec of its token chunks when they decode without the footer
+    #: (``storage.format.chunk_footer``; 255: read the footer); ``None``: an older index
+    codec: np.ndarray | None = None
 
     @classmethod
     def from_columns(cls, cols: dict[str, np.ndarray], algorithm: str = SHA256) -> Locations:
         return cls(cols["offset"], cols["length"], cols["digest"], shard_paths(cols),
                    cols["shard_bytes"], cols["footer_length"], cols["footer_sha256"],
-                   cols["shard_sha256"], algorithm)
+                   cols["shard_sha256"], algorithm, cols.get("shard_codec"))
+
+    def codec_of(self, shard: int) -> int | None:
+        """The codec shard ``shard``'s token chunks decode with, footer-free; ``None``: read
+        its footer (not recorded)."""
+        if self.codec is None or int(self.codec[shard]) == NO_CODEC:
+            return None
+        return int(self.codec[shard])
 
     def piece(self, g: int) -> tuple[int, int, str]:
         """Row group ``g``'s token column chunk: ``(start, end, key)``; a piece is verified by
@@ -170,7 +182,7 @@ class RowGroupIndex(ProcessLocal):
             # A small index comes in one GET whatever the columns: the read columns are taken
             # now from the same bytes (one round trip to the store fewer before a first batch).
             names = list(dict.fromkeys((*LOADER_PLAN_COLUMNS, *LOADER_READ_COLUMNS)))
-            cols = fetch_columns(store, ref, names, cache)
+            cols = fetch_columns(store, ref, names, cache, LOADER_OPTIONAL_COLUMNS)
             check_counts(manifest, cols)
             index = cls(cols["tokens"], cols["first_group"], encoding, None, manifest, cache)
             index._locations = index._checked_locations(cols)
@@ -198,7 +210,8 @@ class RowGroupIndex(ProcessLocal):
                 if self._locations is None:
                     m = self._manifest
                     assert m is not None and m.index is not None
-                    cols = fetch_columns(store, m.index, LOADER_READ_COLUMNS, self._cache)
+                    cols = fetch_columns(store, m.index, LOADER_READ_COLUMNS, self._cache,
+                                         LOADER_OPTIONAL_COLUMNS)
                     self._locations = self._checked_locations(cols)
         return self._locations
 
@@ -209,7 +222,8 @@ class RowGroupIndex(ProcessLocal):
         s = len(self.first_group) - 1
         if (len(cols["offset"]) != n or len(cols["digest"]) != n
                 or cols["digest"].dtype.itemsize != DIGEST_BYTES
-                or len(cols["shard_bytes"]) < s):
+                or len(cols["shard_bytes"]) < s
+                or len(cols.get("shard_codec", cols["shard_bytes"])) < s):
             raise ManifestError(f"{m.index.path}: location columns do not match the row groups")
         return Locations.from_columns(cols, m.index.digest)
 

@@ -305,13 +305,16 @@ class DatasetSource(ProcessLocal):
 
     def metrics(self) -> dict[str, float]:
         """``bytes_read``/``row_groups_read`` count the store only; pieces served by the local
-        cache count in ``cache_hits`` (``cache_misses``: looked up, then fetched)."""
+        cache count in ``cache_hits`` (``cache_misses``: looked up, then fetched);
+        ``footers_read``: shards' footers fetched and parsed (0 where the index records the
+        shards' codecs)."""
         reader = self._reader
         cache = reader.cache if reader else None
         return {
             "bytes_read": float(reader.bytes_read if reader else 0),
             "row_groups_read": float(reader.groups_read if reader else 0),
             "requests": float(reader.requests if reader else 0),
+            "footers_read": float(reader.footers_read if reader else 0),
             "failovers": float(self.store.failovers),
             "cache_hits": float(cache.hits if cache else 0),
             "cache_misses": float(cache.misses if cache else 0),

@@ -63,14 +63,19 @@ def test_obstore_and_s3fs_deliver_the_same_epoch(s3_bucket, monkeypatch, tiny_da
                for a, b, c in zip(fast, slow, want, strict=True))
 
 
+@pytest.mark.parametrize("codecs", [False, True])
 def test_a_footer_placing_tokens_outside_the_verified_piece_is_refused_from_s3(
-        s3_bucket, tiny_dataset, tmp_path) -> None:
-    """From an object store only the verified pieces are in the copy decoded: a footer that
-    places row group 0 elsewhere is named, not decoded from zeros or a hole's bytes."""
+        s3_bucket, tiny_dataset, tmp_path, codecs: bool) -> None:
+    """From an object store only the verified pieces are decoded: a footer that places row
+    group 0 elsewhere is named, not decoded from zeros or a hole's bytes (an index without
+    shard codecs); with them, the footer made from the index decodes exactly the verified
+    piece, and its token count, not the index's, is refused."""
     url = f"{s3_bucket.url}/moved"
-    _copy(str(piece_moved_to_the_next_group(tiny_dataset, tmp_path)),
+    _copy(str(piece_moved_to_the_next_group(tiny_dataset, tmp_path, codecs)),
           ReplicaSet.from_urls([url], s3_bucket.storage_options))
-    with pytest.raises(IndexFormatError, match=r"the footer places row group 0's tokens"):
+    match = (r"row group 0 holds [\d,]+ tokens where the index says" if codecs
+             else r"the footer places row group 0's tokens")
+    with pytest.raises(IndexFormatError, match=match):
         _epoch(url, s3_bucket.storage_options)
 
 

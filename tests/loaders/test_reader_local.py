@@ -12,7 +12,9 @@ import pytest
 from loaders import build_dataloader
 from loaders.reader import MappedShards
 from storage import ChecksumMismatchError, IndexFormatError
-from tests.loaders._crafted import piece_moved_to_the_next_group
+from storage.format.chunk_footer import NO_CODEC
+from tests.loaders._crafted import piece_moved_to_the_next_group, without_codecs
+from tests.storage.admin.test_verify import craft
 
 SEQ = 255
 
@@ -98,8 +100,51 @@ def test_a_footer_placing_tokens_outside_the_verified_piece_is_refused(tiny_data
                                                                       tmp_path) -> None:
     """The index's piece for row group 0 names row group 1's bytes (digest included, so it
     verifies), the footer places row group 0 where it is: the mapped shard would decode bytes
-    no digest covered (it did, silently, before the reader compared the two)."""
-    ds = piece_moved_to_the_next_group(tiny_dataset, tmp_path)
+    no digest covered (it did, silently, before the reader compared the two). An index
+    without shard codecs: the reader decodes under the shard's footer."""
+    ds = piece_moved_to_the_next_group(tiny_dataset, tmp_path, codecs=False)
     with pytest.raises(IndexFormatError, match=r"the footer places row group 0's tokens at "
                        r"bytes \[[\d,]+, [\d,]+\), the index verifies"):
         _epoch(str(ds))
+
+
+def test_a_footer_made_from_the_index_decodes_only_the_verified_piece(tiny_dataset,
+                                                                      tmp_path) -> None:
+    """The same crafted index with shard codecs: the footer is made from the index, so row
+    group 0 decodes from exactly the verified piece (row group 1's bytes), whose token count
+    is not the index's for row group 0: refused, naming both."""
+    ds = piece_moved_to_the_next_group(tiny_dataset, tmp_path)
+    with pytest.raises(IndexFormatError, match=r"row group 0 holds [\d,]+ tokens where the "
+                       r"index says [\d,]+"):
+        _epoch(str(ds))
+
+
+def test_footers_made_from_the_index_read_the_epoch_the_shards_own_do(
+        tiny_dataset, tmp_path, no_python_file_reads) -> None:
+    """An index recording the shards' codecs: no footer is read, and the epoch is the one an
+    older index (every footer read and kept) gives, as are two mixes of the two (even shards
+    as written before, or odd ones: between them they read every footer once)."""
+    older = without_codecs(tiny_dataset, tmp_path)
+    n = len(_shards(tiny_dataset))
+    mixes = []
+    for parity in (0, 1):
+        mixed = Path(_replica(tiny_dataset, tmp_path, f"mixed{parity}"))
+        craft(mixed, {"shard_codec": {s: NO_CODEC for s in range(parity, n, 2)}})
+        mixes.append(str(mixed))
+
+    def run(url: str) -> tuple[list[np.ndarray], float]:
+        # one read thread: two that start on a shard together may each fetch its footer
+        loader = build_dataloader(url, 4, SEQ, read_threads=1)
+        got = [b["input_ids"].numpy().copy() for b in loader]
+        return got, loader.metrics()["footers_read"]
+
+    want, every = run(str(older))
+    assert len(want) > 10 and every > 1
+    footers = {}
+    for url in (tiny_dataset, *mixes):
+        got, footers[url] = run(url)
+        assert len(got) == len(want)
+        assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+    assert footers[tiny_dataset] == 0
+    assert footers[mixes[0]] + footers[mixes[1]] == every
+    assert 0 < footers[mixes[0]] < every
