@@ -168,3 +168,16 @@ def test_a_flipped_bit_is_named_or_still_tiles(flip: int, bit: int) -> None:
 def test_a_footer_refuses_an_unknown_codec() -> None:
     with pytest.raises(ChunkFormatError, match="unknown codec 3"):
         chunk_footer.footer([(0, 10, 1, 10)], 3)  # LZO: pyarrow cannot read it
+
+
+def test_the_fast_parse_is_pyarrows_own_parse() -> None:
+    """metadata() parses through pyarrow's FileMetaData unpickling; read_metadata of the same
+    footer must give the same metadata (the fallback where a pyarrow lacks it)."""
+    chunks = [(4, 1000, 7, 1500), (1004, 20, 1, 20), (2**40, 2**31 - 1, 2**20, 2**31)]
+    for codec in CODECS.values():
+        made = chunk_footer.metadata(chunks, codec)
+        own = pq.read_metadata(pa.BufferReader(b"PAR1" + chunk_footer.footer(chunks, codec)))
+        assert made.equals(own) and made.num_row_groups == 3
+        assert [made.row_group(i).column(0).data_page_offset for i in range(3)] == [
+            c[0] for c in chunks]
+        assert made.row_group(2).num_rows == 2**20
