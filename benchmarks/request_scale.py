@@ -16,10 +16,11 @@ global batch): its first ``--groups`` row groups in first-use order, cut into un
 :class:`loaders.coalesce.UnitPlanner` at the largest window the default read-ahead budget
 allows (what :class:`loaders.coalesce.AdaptiveWindow` grows to while the store keeps up).
 Reported: row groups and MB per GET, GETs per billion tokens, against litdata's whole 64 MB
-chunks of int32 tokens (62.5 GETs per billion tokens, whatever the size). The order's cost of
-``run_blocks`` is in ``shuffle_quality.py`` (lane span). ``auto`` is the loader's default (a
-plan that leaves ``run_blocks`` unset: :func:`loaders.plan.auto_run_blocks` of the row groups
-and lanes).
+chunks of int32 tokens (62.5 GETs per billion tokens, whatever the size); "+footers": with a
+GET per shard footer, what a dataset written before shard codecs were recorded costs. The
+order's cost of ``run_blocks`` is in ``shuffle_quality.py`` (lane span). ``auto`` is the
+loader's default (a plan that leaves ``run_blocks`` unset: :func:`loaders.plan.auto_run_blocks`
+of the row groups and lanes).
 
     python benchmarks/request_scale.py          # 2 B .. 1 T tokens, seconds
 """
@@ -89,9 +90,11 @@ def measure(n_tokens: float, setting: int | None, args: argparse.Namespace
                         min(COALESCE_WINDOW, 8 * READ.lookahead_groups))
     units = plan_units(order, shard_of, offset, length, window, COALESCE_MAX_BYTES_CAP)
     per_get = len(order) / len(units)
-    # Footers: a reader fetches each shard's footer once (its Parquet metadata, needed to
-    # decode), with the first request to that shard when it lies within the hole read
-    # through, else as a GET of its own. Over the rank's epoch: one per shard it touches.
+    # Footers: a dataset whose index records the shards' codecs (written since b786e2e) is
+    # decoded under footers made from the index: no footer GET (the GETs/Gtok column). One
+    # written before: a reader fetches each shard's footer once, with the first request to
+    # that shard when it lies within the hole read through, else as a GET of its own; over
+    # the rank's epoch one per shard it touches (the "+footers" column).
     rank_groups, rank_shards = epoch_share(n_groups, run_blocks, args)
     data_gets = rank_groups / per_get
     gtok = rank_groups * ROW_GROUP_TOKENS / 1e9
@@ -159,7 +162,8 @@ def main() -> int:
     print(f"rank 0 of {args.world} ranks, {args.lanes} lanes; shards of "
           f"{args.groups_per_shard} row groups; litdata: {LITDATA_GETS_PER_GTOK:.1f} GETs/Gtok")
     print(f"{'tokens':>8} {'run_blocks':>12} {'groups/GET':>10} {'MB/GET':>7} "
-          f"{'GETs/Gtok':>9} {'x litdata':>9} {'+footers':>9} {'x litdata':>9}")
+          f"{'GETs/Gtok':>9} {'x litdata':>9} {'+footers':>9} {'x litdata':>9}  (+footers: an "
+          "index without shard codecs)")
     for rb in (None if x == "auto" else int(x) for x in args.runs.split(",")):
         for n in sizes:
             r = measure(n, rb, args)
