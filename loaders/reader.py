@@ -155,6 +155,15 @@ def _sparse_shard(size: int, pieces: list[tuple[int, Any]]) -> mmap.mmap:
     return buf
 
 
+#: A dataset on local disk of up to this many row groups is decoded under its shards' own
+#: footers, each parsed once and kept (~1.8 KB per row group: at most ~29 MB per process), with
+#: a reader per shard and thread: at one row group per call (local reads), a footer made from
+#: the index per call cost ~5-8 % more CPU per token (``loader_throughput.py``'s 200 M tokens,
+#: interleaved A/B). Above it, or from an object store (where a footer costs a GET, and the
+#: fetched pieces need no copy), footers are made from the index: nothing kept per shard.
+LOCAL_FOOTER_GROUPS = 16_384
+
+
 def _metadata_from_footer(footer: bytes) -> pq.FileMetaData:
     # A footer is <thrift metadata><4-byte length>PAR1; with the leading magic it parses alone.
     return pq.read_metadata(pa.BufferReader(b"PAR1" + footer))
@@ -186,6 +195,12 @@ class TokenReader(ProcessLocal):
         self.coalesce_window: Any = None
         #: holes up to this are read through, not requested separately
         self.hole_bytes = HOLE_BYTES if self.local else REMOTE_HOLE_BYTES
+        #: decode under footers made from the index where it records the shards' codecs:
+        #: binary token columns (``list<int32>`` ones, from long before, need the footer),
+        #: from an object store, or from local disk once the dataset is too large for its
+        #: footers to be kept (``LOCAL_FOOTER_GROUPS``)
+        self._footerless = (tokens.dtype_of(index.encoding) is not None
+                            and (not self.local or len(index) > LOCAL_FOOTER_GROUPS))
         self._mapped = MappedShards()
         self._lock = threading.Lock()
         self._threads = threading.local()  # per read thread: its open mapped shards
@@ -316,11 +331,6 @@ class TokenReader(ProcessLocal):
                 deliver(g, out[g])
         return out
 
-    @property
-    def _footerless(self) -> bool:
-        """Binary token columns decode without the footer where the index records a codec
-        (``list<int32>`` ones, from long before, always read it)."""
-        return tokens.dtype_of(self.index.encoding) is not None
 
     def _footer_files(self, shard: int, size: int, pieces: list[tuple[int, int, str, Any]],
                       fetched: dict[int, Any], placed: dict[int, tuple[Any, int]],

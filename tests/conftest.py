@@ -64,3 +64,13 @@ def tiny_dataset(tmp_path_factory: pytest.TempPathFactory, corpus_dir: Path) -> 
 def _quiet_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     """Subprocesses started by tests use one thread each: 2 cores are shared by everything."""
     monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
+
+
+@pytest.fixture
+def index_footers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Local datasets decoded under footers made from the index, as a large local one and
+    any from an object store are (``loaders.reader.LOCAL_FOOTER_GROUPS``: a small local one
+    is decoded under its shards' own footers)."""
+    from loaders import reader
+
+    monkeypatch.setattr(reader, "LOCAL_FOOTER_GROUPS", 0)

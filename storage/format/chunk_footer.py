@@ -128,7 +128,8 @@ class _Reader:
         elif kind == _DOUBLE:
             self.pos += 8
         elif kind == _BINARY:
-            self.pos += self.varint()
+            length = self.varint()  # (read before pos is: it moves pos)
+            self.pos += length
         elif kind in (_LIST, _SET):
             head = self.byte()
             size = head >> 4 if head >> 4 != 15 else self.varint()
@@ -150,46 +151,69 @@ class _Reader:
             raise ChunkFormatError("a page header runs past the chunk")
 
 
+def _page_header(reader: _Reader) -> tuple[int, int, int, int | None]:
+    """A PageHeader at ``reader.pos``: (type, uncompressed size, compressed size, values)."""
+    kind = page_bytes = raw_bytes = -1
+    count = None
+    for fid, ftype in reader.fields():
+        if ftype == _I32 and fid in (1, 2, 3):
+            value = reader.signed()
+            if fid == 1:
+                kind = value
+            elif fid == 2:
+                raw_bytes = value
+            else:
+                page_bytes = value
+        elif fid in (5, 8) and ftype == _STRUCT:  # data_page_header(_v2): num_values is 1
+            for inner, itype in reader.fields():
+                if inner == 1 and itype == _I32:
+                    count = reader.signed()
+                else:
+                    reader.skip(itype)
+        else:
+            reader.skip(ftype)
+    return kind, raw_bytes, page_bytes, count
+
+
+#: a page header is read from a copy of this many bytes (faster to index than a view of the
+#: shard); a longer one (large statistics) from the chunk itself
+_HEAD_BYTES = 96
+
+
 def page_values(chunk: memoryview | bytes) -> tuple[int, int]:
     """``(values, uncompressed bytes)`` of a column chunk, from its page headers; the pages
     must tile ``chunk`` exactly (data pages v1 or v2 only)."""
     data = memoryview(chunk)
-    reader, values, uncompressed = _Reader(data), 0, 0
-    while reader.pos < len(data):
-        start = reader.pos
-        kind = page_bytes = raw_bytes = -1
-        page_values_ = None
-        for fid, ftype in reader.fields():
-            if fid == 1 and ftype == _I32:
-                kind = reader.signed()
-            elif fid == 2 and ftype == _I32:
-                raw_bytes = reader.signed()
-            elif fid == 3 and ftype == _I32:
-                page_bytes = reader.signed()
-            elif fid in (5, 8) and ftype == _STRUCT:  # data_page_header(_v2): num_values is 1
-                for inner, itype in reader.fields():
-                    if inner == 1 and itype == _I32:
-                        page_values_ = reader.signed()
-                    else:
-                        reader.skip(itype)
-            else:
-                reader.skip(ftype)
-        if kind == _DICTIONARY_PAGE:
-            raise ChunkFormatError(f"a dictionary page at byte {start} (the chunk was "
-                                   "recorded as dictionary-free)")
-        if kind not in (_DATA_PAGE, _DATA_PAGE_V2) or page_values_ is None:
-            raise ChunkFormatError(f"the page at byte {start} is not a data page")
-        if page_bytes < 0 or raw_bytes < 0 or page_values_ < 0:
-            raise ChunkFormatError(f"the page at byte {start} has a negative size or count")
-        header = reader.pos - start
-        reader.pos += page_bytes
-        if reader.pos > len(data):
-            raise ChunkFormatError(f"the page at byte {start} ends at byte {reader.pos}, past "
-                                   f"the chunk's {len(data)}")
-        values += page_values_
-        uncompressed += header + raw_bytes
-    if not len(data):
+    size = len(data)
+    if not size:
         raise ChunkFormatError("an empty chunk")
+    pos = values = uncompressed = 0
+    while pos < size:
+        head = bytes(data[pos:pos + _HEAD_BYTES])
+        reader = _Reader(memoryview(head))
+        try:
+            kind, raw_bytes, page_bytes, count = _page_header(reader)
+            header = reader.pos
+        except ChunkFormatError:
+            if len(head) < _HEAD_BYTES:
+                raise
+            reader = _Reader(data, pos)  # a header longer than the copy
+            kind, raw_bytes, page_bytes, count = _page_header(reader)
+            header = reader.pos - pos
+        if kind == _DICTIONARY_PAGE:
+            raise ChunkFormatError(f"a dictionary page at byte {pos} (the chunk was "
+                                   "recorded as dictionary-free)")
+        if kind not in (_DATA_PAGE, _DATA_PAGE_V2) or count is None:
+            raise ChunkFormatError(f"the page at byte {pos} is not a data page")
+        if page_bytes < 0 or raw_bytes < 0 or count < 0:
+            raise ChunkFormatError(f"the page at byte {pos} has a negative size or count")
+        end = pos + header + page_bytes
+        if end > size:
+            raise ChunkFormatError(f"the page at byte {pos} ends at byte {end}, past "
+                                   f"the chunk's {size}")
+        values += count
+        uncompressed += header + raw_bytes
+        pos = end
     return values, uncompressed
 
 

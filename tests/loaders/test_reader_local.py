@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from loaders import build_dataloader
+from loaders import reader as reader_module
 from loaders.reader import MappedShards
 from storage import ChecksumMismatchError, IndexFormatError
 from storage.format.chunk_footer import NO_CODEC
@@ -108,8 +109,8 @@ def test_a_footer_placing_tokens_outside_the_verified_piece_is_refused(tiny_data
         _epoch(str(ds))
 
 
-def test_a_footer_made_from_the_index_decodes_only_the_verified_piece(tiny_dataset,
-                                                                      tmp_path) -> None:
+def test_a_footer_made_from_the_index_decodes_only_the_verified_piece(
+        tiny_dataset, tmp_path, index_footers) -> None:
     """The same crafted index with shard codecs: the footer is made from the index, so row
     group 0 decodes from exactly the verified piece (row group 1's bytes), whose token count
     is not the index's for row group 0: refused, naming both."""
@@ -120,7 +121,7 @@ def test_a_footer_made_from_the_index_decodes_only_the_verified_piece(tiny_datas
 
 
 def test_footers_made_from_the_index_read_the_epoch_the_shards_own_do(
-        tiny_dataset, tmp_path, no_python_file_reads) -> None:
+        tiny_dataset, tmp_path, no_python_file_reads, index_footers) -> None:
     """An index recording the shards' codecs: no footer is read, and the epoch is the one an
     older index (every footer read and kept) gives, as are two mixes of the two (even shards
     as written before, or odd ones: between them they read every footer once)."""
@@ -148,3 +149,19 @@ def test_footers_made_from_the_index_read_the_epoch_the_shards_own_do(
     assert footers[tiny_dataset] == 0
     assert footers[mixes[0]] + footers[mixes[1]] == every
     assert 0 < footers[mixes[0]] < every
+
+
+def test_a_small_local_dataset_keeps_its_footers(tiny_dataset, monkeypatch) -> None:
+    """Below LOCAL_FOOTER_GROUPS row groups a local dataset is decoded under its shards' own
+    footers (cheaper per row group, and few to keep); above it under footers from the index,
+    the same epoch."""
+    def run() -> tuple[list[np.ndarray], float]:
+        loader = build_dataloader(tiny_dataset, 4, SEQ, read_threads=1)
+        return [b["input_ids"].numpy().copy() for b in loader], loader.metrics()["footers_read"]
+
+    own, footers = run()
+    assert footers > 0
+    monkeypatch.setattr(reader_module, "LOCAL_FOOTER_GROUPS", 10)  # the tiny dataset: above
+    made, none = run()
+    assert none == 0 and len(made) == len(own) > 10
+    assert all(np.array_equal(a, b) for a, b in zip(made, own, strict=True))

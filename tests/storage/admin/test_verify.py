@@ -149,7 +149,8 @@ def _mutation(draw: st.DrawFn) -> tuple[dict[str, dict[int, int]], bool, dict[st
 @given(change=_mutation())
 def test_verify_and_the_loader_agree_on_crafted_indexes(
         small: Path, tmp_path_factory: pytest.TempPathFactory,
-        change: tuple[dict[str, dict[int, int]], bool, dict[str, int]]) -> None:
+        change: tuple[dict[str, dict[int, int]], bool, dict[str, int]],
+        index_footers: None) -> None:
     want = _REFERENCE.setdefault(str(small), _samples(small))
     ds = tmp_path_factory.mktemp("crafted") / "ds"
     shutil.copytree(small, ds)
@@ -242,10 +243,10 @@ def test_a_manifest_claiming_a_huge_size_is_not_read_whole(small: Path, tmp_path
 
 
 def test_a_wrong_codec_in_the_index_is_refused_by_the_loader_and_named_by_verify(
-        small: Path, tmp_path: Path) -> None:
-    """The loader decodes under a footer made from the index: a crafted codec (every other
-    one it knows, checksums recomputed) must fail the decode naming the shard and row group,
-    never give other tokens; verify compares it with the footer's."""
+        small: Path, tmp_path: Path, index_footers: None) -> None:
+    """The loader decodes under a footer made from the index (as from an object store): a
+    crafted codec (every other one it knows, checksums recomputed) must fail the decode naming
+    the shard and row group, never give other tokens; verify compares it with the footer's."""
     recorded = shards_of(str(small), read_manifest(str(small)))[0].codec
     assert recorded == "ZSTD"
     for name, value in CODECS.items():

@@ -25,14 +25,15 @@ WRITER_CODEC = {"UNCOMPRESSED": "none", "SNAPPY": "snappy", "GZIP": "gzip",
 
 def _shard(docs: list[bytes], codec: str, rows_per_group: int, page_bytes: int,
            page_version: str = "1.0", schema: pa.Schema = SCHEMA,
-           dictionary: list[str] | bool = ("doc_id",)) -> bytes:  # type: ignore[assignment]
+           dictionary: list[str] | bool = ("doc_id",),  # type: ignore[assignment]
+           statistics: bool = False) -> bytes:
     table = pa.table({"doc_id": [str(i) for i in range(len(docs))],
                       "input_ids": pa.array(docs, pa.binary())}, schema=schema)
     out = io.BytesIO()
     pq.write_table(table, out, row_group_size=rows_per_group, compression=WRITER_CODEC[codec],
                    use_dictionary=list(dictionary) if not isinstance(dictionary, bool)
                    else dictionary, data_page_size=page_bytes,
-                   data_page_version=page_version, write_statistics=False)
+                   data_page_version=page_version, write_statistics=statistics)
     return out.getvalue()
 
 
@@ -61,25 +62,29 @@ def _decode_both(data: bytes) -> tuple[list[pa.Array], list[pa.Array]]:
 @given(lengths=st.lists(st.integers(0, 3000), min_size=1, max_size=60),
        codec=st.sampled_from(sorted(CODECS)), rows_per_group=st.integers(1, 40),
        page_bytes=st.sampled_from([64, 4096, 1 << 20]),
-       page_version=st.sampled_from(["1.0", "2.0"]),
+       page_version=st.sampled_from(["1.0", "2.0"]), statistics=st.booleans(),
        seed=st.integers(0, 2**32 - 1))
 def test_a_footer_from_the_chunks_decodes_what_the_shards_own_does(
         lengths: list[int], codec: str, rows_per_group: int, page_bytes: int, page_version: str,
-        seed: int) -> None:
+        statistics: bool, seed: int) -> None:
+    """Page headers with statistics (long min/max values) are longer than the copy a header
+    is first read from: read again from the chunk."""
     rng = np.random.default_rng(seed)
     docs = [rng.integers(0, 50257, n).astype("<u2").tobytes() for n in lengths]
-    own, made = _decode_both(_shard(docs, codec, rows_per_group, page_bytes, page_version))
+    own, made = _decode_both(_shard(docs, codec, rows_per_group, page_bytes, page_version,
+                                    statistics=statistics))
     assert len(own) == len(made) > 0
     for a, b in zip(own, made, strict=True):
         assert a.equals(b)
     assert b"".join(x.as_py() for arr in made for x in arr) == b"".join(docs)
 
 
-def test_the_page_counts_are_the_footers() -> None:
+@pytest.mark.parametrize("statistics", [False, True])
+def test_the_page_counts_are_the_footers(statistics: bool) -> None:
     """Many small pages per chunk: the values and the uncompressed size the page headers add
-    up to are the shard footer's own."""
+    up to are the shard footer's own (with statistics: headers of ~2 KB)."""
     docs = [bytes(range(200)) * 5] * 300
-    data = _shard(docs, "ZSTD", 100, 256)
+    data = _shard(docs, "ZSTD", 100, 256, statistics=statistics)
     meta = pq.read_metadata(pa.BufferReader(data))
     for g in range(meta.num_row_groups):
         col = meta.row_group(g).column(1)
