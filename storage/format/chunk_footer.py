@@ -116,10 +116,15 @@ class _Reader:
             last = last + delta if delta else self.signed()
             yield last, kind
 
-    def skip(self, kind: int, depth: int = 0) -> None:
+    def skip(self, kind: int, depth: int = 0, element: bool = False) -> None:
+        """Past a value of ``kind``. Every value read as an ``element`` of a container takes at
+        least a byte (a bool there is a byte; as a struct field it is in the field's header),
+        so a crafted container size ends at the data's end, not after 2**60 empty steps."""
         if depth > 16:
             raise ChunkFormatError("a page header nests too deep")
         if kind in (_TRUE, _FALSE):
+            if element:
+                self.byte()
             return
         if kind == _BYTE:
             self.byte()
@@ -134,14 +139,14 @@ class _Reader:
             head = self.byte()
             size = head >> 4 if head >> 4 != 15 else self.varint()
             for _ in range(size):
-                self.skip(head & 0x0F, depth + 1)
+                self.skip(head & 0x0F, depth + 1, element=True)
         elif kind == _MAP:
             size = self.varint()
             if size:
                 types = self.byte()
                 for _ in range(size):
-                    self.skip(types >> 4, depth + 1)
-                    self.skip(types & 0x0F, depth + 1)
+                    self.skip(types >> 4, depth + 1, element=True)
+                    self.skip(types & 0x0F, depth + 1, element=True)
         elif kind == _STRUCT:
             for _fid, inner in self.fields():
                 self.skip(inner, depth + 1)
@@ -176,8 +181,9 @@ def _page_header(reader: _Reader) -> tuple[int, int, int, int | None]:
 
 
 #: a page header is read from a copy of this many bytes (faster to index than a view of the
-#: shard); a longer one (large statistics) from the chunk itself
+#: shard); a longer one (large statistics) from the chunk itself, up to ``MAX_HEADER_BYTES``
 _HEAD_BYTES = 96
+MAX_HEADER_BYTES = 64 << 10
 
 
 def page_values(chunk: memoryview | bytes) -> tuple[int, int]:
@@ -197,9 +203,15 @@ def page_values(chunk: memoryview | bytes) -> tuple[int, int]:
         except ChunkFormatError:
             if len(head) < _HEAD_BYTES:
                 raise
-            reader = _Reader(data, pos)  # a header longer than the copy
-            kind, raw_bytes, page_bytes, count = _page_header(reader)
-            header = reader.pos - pos
+            reader = _Reader(data[pos:pos + MAX_HEADER_BYTES])  # longer than the copy
+            try:
+                kind, raw_bytes, page_bytes, count = _page_header(reader)
+            except ChunkFormatError as exc:
+                if len(reader.data) == MAX_HEADER_BYTES and "past" in str(exc):
+                    raise ChunkFormatError(f"the page header at byte {pos} is over "
+                                           f"{MAX_HEADER_BYTES:,} bytes") from None
+                raise
+            header = reader.pos
         if kind == _DICTIONARY_PAGE:
             raise ChunkFormatError(f"a dictionary page at byte {pos} (the chunk was "
                                    "recorded as dictionary-free)")

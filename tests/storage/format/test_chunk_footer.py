@@ -4,6 +4,10 @@ chunks it cannot describe are named, never decoded wrongly."""
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -16,6 +20,7 @@ from storage.format import chunk_footer
 from storage.format.chunk_footer import CODECS, ChunkFormatError, footerless_codec, page_values
 from storage.format.tokens import chunk_range
 
+ROOT = Path(__file__).resolve().parents[3]
 SCHEMA = pa.schema([pa.field("doc_id", pa.string(), nullable=False),
                     pa.field("input_ids", pa.binary(), nullable=False)])
 #: pyarrow's writer names for the codecs
@@ -186,3 +191,25 @@ def test_the_fast_parse_is_pyarrows_own_parse() -> None:
         assert [made.row_group(i).column(0).data_page_offset for i in range(3)] == [
             c[0] for c in chunks]
         assert made.row_group(2).num_rows == 2**20
+
+
+def test_a_crafted_container_size_ends_at_the_data() -> None:
+    """A page header field the reader skips, crafted as a list of 2**32 bools (a bool in a
+    list is a byte): the skip ends at the header's end instead of looping 2**32 times (run in
+    a child with a deadline, so that a loop fails the test rather than hanging it)."""
+    code = """
+from storage.format.chunk_footer import ChunkFormatError, page_values
+header = bytes([0x15, 0x00,  # type: DATA_PAGE
+                0x69, 0xF1, 0xFF, 0xFF, 0xFF, 0xFF, 0x0F])  # field 6: list<bool> of 2**32
+for tail, want in ((50, "past the chunk"), (1 << 17, "over 65,536 bytes")):
+    try:
+        page_values(header + b"\\x01" * tail)
+    except ChunkFormatError as exc:
+        assert want in str(exc), exc
+    else:
+        raise AssertionError("no error")
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
