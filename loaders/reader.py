@@ -7,20 +7,26 @@ together with its neighbours in the same shard that the plan uses soon when the 
 (one request per unit of :mod:`loaders.coalesce`), through ``storage``'s replica set (failover,
 back-off, hedging); each row group is checked against the
 index's digest (the first 16 bytes of its BLAKE3, or of its SHA-256 in older datasets:
-:mod:`storage.checksums`) before it is decoded; the shard's footer is fetched and checked (full
-SHA-256) once per reader.
+:mod:`storage.checksums`) before it is decoded.
 With a :class:`loaders.cache.ChunkCache`, pieces already on local disk (re-verified there) are
 not requested from the store at all, and fetched ones are added to it. Which row groups to
 hold, and for how long, is :mod:`loaders.prefetch`'s job.
 
+Decoding needs Parquet metadata. Where the index records the shard's codec, a footer is made
+from the index for just the pieces of one request (:mod:`storage.format.chunk_footer`) and
+dropped with it: no footer GET, nothing kept per shard. Otherwise (an index written before
+it, or a local dataset small enough to keep its footers: ``LOCAL_FOOTER_GROUPS``) the shard's
+own footer is fetched, checked (full SHA-256), parsed once per reader and kept.
+
 A shard on a local replica is memory-mapped (:class:`MappedShards`) instead of read: a piece
 is verified in place and pyarrow decodes it straight from the mapping. Pieces fetched from an
-object store are copied, verified, into a shard-sized anonymous mapping that holds only them
-(:func:`_sparse_shard`; untouched pages are never allocated) and decoded from it the same way:
-no Python file object, whose every read pyarrow would call back into Python for (~0.3 ms of CPU
-per row group; ``benchmarks/loader_throughput.py``), and nothing but verified bytes to decode.
+object store are decoded from the request's own buffer under a footer made from the index;
+under a shard's own footer they are copied, verified, into a shard-sized anonymous mapping
+that holds only them (:func:`_sparse_shard`; untouched pages are never allocated). Never
+through a Python file object, whose every read pyarrow would call back into Python for
+(~0.3 ms of CPU per row group; ``benchmarks/loader_throughput.py``), and nothing but verified
+bytes to decode.
 """
-
 from __future__ import annotations
 
 import mmap
@@ -297,7 +303,7 @@ class TokenReader(ProcessLocal):
             meta = self._meta[shard]
             files = self._footer_files(shard, size, group_pieces, fetched, placed, meta)
         else:
-            meta, files = self._index_files(path, group_pieces, fetched, placed, codec)
+            meta, files = self._index_files(path, group_pieces, placed, codec)
         out = {}
         for i, (start, end, _sha, g) in enumerate(group_pieces):
             assert g is not None
@@ -331,7 +337,6 @@ class TokenReader(ProcessLocal):
                 deliver(g, out[g])
         return out
 
-
     def _footer_files(self, shard: int, size: int, pieces: list[tuple[int, int, str, Any]],
                       fetched: dict[int, Any], placed: dict[int, tuple[Any, int]],
                       meta: pq.FileMetaData) -> dict[int, pq.ParquetFile]:
@@ -352,7 +357,7 @@ class TokenReader(ProcessLocal):
         return files
 
     def _index_files(self, path: str, pieces: list[tuple[int, int, str, Any]],
-                     fetched: dict[int, Any], placed: dict[int, tuple[Any, int]], codec: int
+                     placed: dict[int, tuple[Any, int]], codec: int
                      ) -> tuple[pq.FileMetaData, dict[int, pq.ParquetFile]]:
         """A footer for just these pieces (row group ``i`` is ``pieces[i]``, at its offset in
         the buffer it is decoded from: the shard's mapping, or the fetched request's buffer,
