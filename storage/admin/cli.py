@@ -128,14 +128,16 @@ def gc_(url: Url = None, /, *,
 @app.command(name="upgrade")
 def upgrade_(url: Url = None, /, *, where: ReplicaFlags = ReplicaFlags(),  # noqa: B008
              wait: Wait = False, config: Config = None) -> int:
-    """Give a shardflow.dataset/1 dataset its binary row-group index.
+    """Give a shardflow.dataset/1 dataset its binary row-group index, any index its codecs.
 
     Write the binary row-group index (index/<sha16>.sfidx) of a shardflow.dataset/1 dataset
     and swap in a shardflow.dataset/2 manifest that names it, so that manifest.json stays a
-    few KB and ranks read only the index columns they need. Shards are not touched; the
+    few KB and ranks read only the index columns they need. An index written before it
+    recorded each shard's codec gets them (each shard's footer read once and checked), so
+    readers decode without fetching or keeping footers. Shards are not touched; the
     manifest swap is the one atomic step, recorded under _versions/ like a commit.
-    Idempotent: a v2 dataset is left alone. Do not run it while a rebuild of the same dataset
-    commits.
+    Idempotent: a dataset already upgraded is left alone. Do not run it while a rebuild of
+    the same dataset commits.
     """
     def run(store: ReplicaSet) -> int:
         print(upgrade(store, sys.stderr).render())

@@ -266,3 +266,59 @@ def test_a_v2_manifest_for_a_synthetic_index_commits_like_any(tmp_path: Path) ->
     commit(store, m)  # the live manifest, not recorded yet, is recorded; the same: no new one
     assert store.read_manifest() == m and len(store_versions(store)) == 1
     assert m.index is not None and m.index.path in set(list_tree(store.primary))
+
+
+def test_upgrade_records_the_shards_codecs_of_an_older_index(
+        copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        index_footers: None) -> None:
+    """An index written before shard codecs were recorded: upgrade reads each shard's footer
+    once and records its codec (the pipeline's own index bytes again), after which a loader
+    reads no footer and the same samples; a second upgrade is a no-op."""
+    from loaders import build_dataloader
+    from tests.loaders._crafted import without_codecs
+
+    made = read_manifest(str(copy))
+    old = without_codecs(str(copy), tmp_path)
+    ds = str(old)
+
+    def epoch() -> tuple[list[np.ndarray], float]:
+        loader = build_dataloader(ds, 4, 64, read_threads=1)
+        return [b["input_ids"].numpy().copy() for b in loader], loader.metrics()["footers_read"]
+
+    want, footers = epoch()
+    assert footers > 0
+    capsys.readouterr()
+    assert storage_main(["upgrade", ds]) == 0
+    out = capsys.readouterr().out
+    n = len(shards_of(str(copy), made))
+    assert f"recorded the codec of {n} shards" in out and "shards untouched" in out
+    up = read_manifest(ds)
+    assert up.index == made.index  # the same index the pipeline wrote, byte for byte
+    got, footers = epoch()
+    assert footers == 0 and len(got) == len(want) > 10
+    assert all(map(np.array_equal, got, want))
+    assert storage_main(["verify", ds]) == 0
+    versions = store_versions(ReplicaSet.from_urls([ds]))
+    assert storage_main(["upgrade", ds]) == 0
+    assert "nothing to do" in capsys.readouterr().out
+    assert store_versions(ReplicaSet.from_urls([ds])) == versions
+
+
+def test_upgrade_refuses_a_footer_that_does_not_match_its_checksum(
+        copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A shard whose footer bytes differ from the index's footer_sha256: the upgrade stops
+    naming the shard and swaps nothing."""
+    from tests.loaders._crafted import without_codecs
+
+    old = without_codecs(str(copy), tmp_path)
+    before = read_manifest(str(old))
+    shard = shards_of(str(old), before)[0]
+    path = old / shard.path
+    data = bytearray(path.read_bytes())
+    data[-10] ^= 0xFF  # inside the footer's Thrift bytes
+    path.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert storage_main(["upgrade", str(old)]) == 2
+    err = capsys.readouterr().err
+    assert f"{shard.path}: its footer cannot be read" in err and "Traceback" not in err
+    assert read_manifest(str(old)) == before
