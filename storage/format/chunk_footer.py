@@ -180,9 +180,7 @@ def _page_header(reader: _Reader) -> tuple[int, int, int, int | None]:
     return kind, raw_bytes, page_bytes, count
 
 
-#: a page header is read from a copy of this many bytes (faster to index than a view of the
-#: shard); a longer one (large statistics) from the chunk itself, up to ``MAX_HEADER_BYTES``
-_HEAD_BYTES = 96
+#: the longest page header read (the pipeline writes no statistics: a few dozen bytes)
 MAX_HEADER_BYTES = 64 << 10
 
 
@@ -195,23 +193,15 @@ def page_values(chunk: memoryview | bytes) -> tuple[int, int]:
         raise ChunkFormatError("an empty chunk")
     pos = values = uncompressed = 0
     while pos < size:
-        head = bytes(data[pos:pos + _HEAD_BYTES])
-        reader = _Reader(memoryview(head))
+        reader = _Reader(data[pos:pos + MAX_HEADER_BYTES])
         try:
             kind, raw_bytes, page_bytes, count = _page_header(reader)
-            header = reader.pos
         except ChunkFormatError:
-            if len(head) < _HEAD_BYTES:
-                raise
-            reader = _Reader(data[pos:pos + MAX_HEADER_BYTES])  # longer than the copy
-            try:
-                kind, raw_bytes, page_bytes, count = _page_header(reader)
-            except ChunkFormatError as exc:
-                if len(reader.data) == MAX_HEADER_BYTES and "past" in str(exc):
-                    raise ChunkFormatError(f"the page header at byte {pos} is over "
-                                           f"{MAX_HEADER_BYTES:,} bytes") from None
-                raise
-            header = reader.pos
+            if reader.pos >= len(reader.data) == MAX_HEADER_BYTES:
+                raise ChunkFormatError(f"the page header at byte {pos} is over "
+                                       f"{MAX_HEADER_BYTES:,} bytes") from None
+            raise
+        header = reader.pos
         if kind == _DICTIONARY_PAGE:
             raise ChunkFormatError(f"a dictionary page at byte {pos} (the chunk was "
                                    "recorded as dictionary-free)")

@@ -72,8 +72,8 @@ def _decode_both(data: bytes) -> tuple[list[pa.Array], list[pa.Array]]:
 def test_a_footer_from_the_chunks_decodes_what_the_shards_own_does(
         lengths: list[int], codec: str, rows_per_group: int, page_bytes: int, page_version: str,
         statistics: bool, seed: int) -> None:
-    """Page headers with statistics (long min/max values) are longer than the copy a header
-    is first read from: read again from the chunk."""
+    """Including page headers with statistics (long min/max values, fields the reader
+    skips: a Thrift binary skipped by its length once advanced from the wrong position)."""
     rng = np.random.default_rng(seed)
     docs = [rng.integers(0, 50257, n).astype("<u2").tobytes() for n in lengths]
     own, made = _decode_both(_shard(docs, codec, rows_per_group, page_bytes, page_version,
