@@ -170,11 +170,6 @@ def _sparse_shard(size: int, pieces: list[tuple[int, Any]]) -> mmap.mmap:
 LOCAL_FOOTER_GROUPS = 16_384
 
 
-def _metadata_from_footer(footer: bytes) -> pq.FileMetaData:
-    # A footer is <thrift metadata><4-byte length>PAR1; with the leading magic it parses alone.
-    return pq.read_metadata(pa.BufferReader(b"PAR1" + footer))
-
-
 class TokenReader(ProcessLocal):
     """Reads token ranges through ``storage``; one per process (its footers are not shared).
 
@@ -296,7 +291,7 @@ class TokenReader(ProcessLocal):
                         cache.put_placed(in_cache, size, start, got[start])
         footer = next((fetched.pop(p[0]) for p in pieces if p[3] is None), None)
         if footer is not None:
-            self._meta[shard] = _metadata_from_footer(footer)
+            self._meta[shard] = tokens.parse_footer(footer)
             self.footers_read += 1
         group_pieces = [p for p in pieces if p[3] is not None]
         if codec is None:

@@ -35,7 +35,7 @@ from storage.admin.versions import Version, commit
 from storage.format.chunk_footer import footerless_codec
 from storage.format.index import with_index
 from storage.format.manifest import FORMAT_V2, IndexRef, Manifest, ManifestError, ShardInfo
-from storage.format.tokens import chunk_range
+from storage.format.tokens import footer_disagreement, parse_footer
 from storage.io.index_store import shards_of, write_index
 from storage.io.replicas import ReplicaError, ReplicaSet
 
@@ -100,22 +100,16 @@ def _codec_of(store: ReplicaSet, shard: ShardInfo) -> str:
     """The codec ``shard``'s footer names for footer-free decoding (``""``: none), after
     checking the footer against the index."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     start = shard.bytes - shard.footer_length
     try:
-        footer = store.get(shard.path, shard.footer_sha256, start, shard.bytes)
-        meta = pq.read_metadata(pa.BufferReader(b"PAR1" + footer))
+        meta = parse_footer(store.get(shard.path, shard.footer_sha256, start, shard.bytes))
     except (ReplicaError, OSError, pa.ArrowException) as exc:
         raise UpgradeError(f"{shard.path}: its footer cannot be read ({exc}); run `storage "
                            "verify`") from None
-    if meta.num_row_groups != len(shard.row_groups):
-        raise UpgradeError(f"{shard.path}: the footer holds {meta.num_row_groups} row groups, "
-                           f"the index {len(shard.row_groups)}; run `storage verify`")
-    for j, g in enumerate(shard.row_groups):
-        if chunk_range(meta, j) != (g.offset, g.offset + g.length):
-            raise UpgradeError(f"{shard.path}: row group {j}'s token chunk is not where the "
-                               "index places it; run `storage verify`")
+    problem = footer_disagreement(meta, [(g.offset, g.length) for g in shard.row_groups])
+    if problem is not None:
+        raise UpgradeError(f"{shard.path}: {problem}; run `storage verify`")
     return footerless_codec(meta)
 
 

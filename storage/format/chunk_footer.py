@@ -324,10 +324,11 @@ def _parser() -> Callable[[bytes], Any]:
     lacks it, ``read_metadata``. (pyarrow is imported here, not with the module: the
     manifest's parser names :data:`CODECS` and need not load it.)"""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     try:
         from pyarrow._parquet import _reconstruct_filemetadata
     except ImportError:  # pragma: no cover - every pyarrow this project supports has it
-        return lambda data: pq.read_metadata(pa.BufferReader(b"PAR1" + data))
+        from storage.format.tokens import parse_footer
+
+        return parse_footer
     return lambda data: _reconstruct_filemetadata(pa.py_buffer(memoryview(data)[:-8]))

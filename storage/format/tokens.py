@@ -66,6 +66,32 @@ def chunk_range(meta: Any, row_group: int, column: str = "input_ids") -> tuple[i
     return start, start + chunk.total_compressed_size
 
 
+def parse_footer(footer: bytes | bytearray | memoryview) -> Any:
+    """A shard's footer bytes (``<Thrift FileMetaData><4-byte length>PAR1``, what the index
+    locates and checksums) as a ``pyarrow.parquet.FileMetaData``: with the leading magic the
+    footer parses alone."""
+    import pyarrow.parquet as pq
+
+    return pq.read_metadata(pa.BufferReader(b"PAR1" + bytes(footer)))
+
+
+def footer_disagreement(meta: Any, chunks: list[tuple[int, int]]) -> str | None:
+    """Where a shard's own footer and the index part ways (``chunks``: the index's token
+    chunk ``(offset, length)`` per row group): its row-group count, or the first token chunk
+    it places elsewhere; ``None`` when they agree. ``storage verify`` reports it, ``storage
+    upgrade`` refuses to record a codec from such a footer."""
+    if meta.num_row_groups != len(chunks):
+        return (f"the footer holds {meta.num_row_groups} row groups, the index gives the "
+                f"shard {len(chunks)}")
+    for g, (offset, length) in enumerate(chunks):
+        located = chunk_range(meta, g)
+        if located != (offset, offset + length):
+            return (f"row group {g}'s token chunk: the footer places it at "
+                    f"[{located[0]:,}, {located[1]:,}), the index at "
+                    f"[{offset:,}, {offset + length:,})")
+    return None
+
+
 def pack(lengths: np.ndarray, values: np.ndarray, dtype: np.dtype) -> pa.BinaryArray:
     """One binary value per document from per-document lengths and all ids concatenated."""
     dtype = np.dtype(dtype)

@@ -49,3 +49,21 @@ def test_datasets_written_as_list_int32_still_read() -> None:
 def test_unknown_encodings_are_named_in_the_error() -> None:
     with pytest.raises(tokens.TokenEncodingError, match="'binary<int8>'"):
         tokens.dtype_of("binary<int8>")
+
+
+def test_a_footer_is_compared_with_the_index_chunk_by_chunk() -> None:
+    """What the writer records (each row group's token chunk, from its own footer) agrees;
+    a count or one chunk moved is named."""
+    from pipeline.shards import encode_shard
+
+    ids = [np.arange(i, i + 300) % 50_000 for i in range(40)]
+    data, info = encode_shard([str(i) for i in range(40)], ids, target_rg_tokens=2_000)
+    meta = tokens.parse_footer(data[len(data) - info.footer_length:])
+    chunks = [(g.offset, g.length) for g in info.row_groups]
+    assert len(chunks) > 2 and tokens.footer_disagreement(meta, chunks) is None
+    assert tokens.footer_disagreement(meta, chunks[:-1]) == (
+        f"the footer holds {len(chunks)} row groups, the index gives the shard "
+        f"{len(chunks) - 1}")
+    moved = [chunks[0], chunks[2], *chunks[2:]]
+    assert tokens.footer_disagreement(meta, moved).startswith(
+        "row group 1's token chunk: the footer places it at ")
