@@ -24,6 +24,9 @@ Loaders measured (``CONFIGS`` below; medians over ``--runs`` full epochs, warm p
 - ``shardflow_local_bt`` / ``shardflow_local_rt4``: the local default with one setting changed,
   ``batch_thread=True`` (the trainer's: batches built ahead on a background thread, which a
   caller that only iterates pays for in hand-offs) or ``read_threads=4`` (the default is 2).
+- ``shardflow_local_ixf``: the local default decoding under footers made from the index
+  (``loaders.reader.LOCAL_FOOTER_GROUPS`` set to 0, as for a local dataset above it), where
+  a dataset of this size keeps its shards' own footers: what the threshold saves.
 - ``shardflow_local_w2`` / ``shardflow_local_w4``: the same with ``num_workers=2`` / ``4``:
   each worker owns a contiguous run of the rank's lanes and decodes only its row groups; the
   main process concatenates the workers' parts of each batch. ``--workers-sweep`` measures
@@ -102,7 +105,8 @@ BATCH, SEQ = 8, 2048
 WIDTH = SEQ + 1
 PEERS = ("mosaic", "litdata")
 CONFIGS = ("shardflow_local", "shardflow_s3", "shardflow_s3_cached", "shardflow_s3_s3fs",
-           "shardflow_local_bt", "shardflow_local_rt4", "shardflow_local_w2",
+           "shardflow_local_bt", "shardflow_local_rt4", "shardflow_local_ixf",
+           "shardflow_local_w2",
            "shardflow_local_w4", "pyarrow_rowgroups",
            "mosaic_inproc", "mosaic_w2", "mosaic_w2fs", "mosaic_s3",
            "litdata_inproc", "litdata_w2", "litdata_w2fs", "litdata_s3", "litdata_s3_boto3",
@@ -343,6 +347,10 @@ def _make_source(config: str, spec: dict[str, Any]) -> Callable[[], Iterator[Any
             extra["run_blocks"] = int(runs.group(1))
         if config.endswith("_rt4"):
             extra["read_threads"] = 4
+        if config.endswith("_ixf"):  # footers made from the index, whatever the size
+            from loaders import reader
+
+            reader.LOCAL_FOOTER_GROUPS = 0
         if config.endswith("_s3fs"):  # the client before obstore, for the record
             import os
 

@@ -164,9 +164,11 @@ def _sparse_shard(size: int, pieces: list[tuple[int, Any]]) -> mmap.mmap:
 #: A dataset on local disk of up to this many row groups is decoded under its shards' own
 #: footers, each parsed once and kept (~1.8 KB per row group: at most ~29 MB per process), with
 #: a reader per shard and thread: at one row group per call (local reads), a footer made from
-#: the index per call cost ~5-8 % more CPU per token (``loader_throughput.py``'s 200 M tokens,
-#: interleaved A/B). Above it, or from an object store (where a footer costs a GET, and the
-#: fetched pieces need no copy), footers are made from the index: nothing kept per shard.
+#: the index per call cost more CPU per token (``loader_throughput.py``'s
+#: ``shardflow_local_ixf``: 0.85x the rate, median of 9 interleaved rounds at 50 M tokens;
+#: 5-8 % more CPU in two old/new A/Bs at 200 M). Above it, or from an object store (where a
+#: footer costs a GET, and the fetched pieces need no copy), footers are made from the index:
+#: nothing kept per shard.
 LOCAL_FOOTER_GROUPS = 16_384
 
 
