@@ -144,7 +144,7 @@ def build_index(shards: Sequence[Any], digest: str | None = None) -> bytes:
         "footer_sha256": _hex_to_bytes([s.footer_sha256 for s in shards], 32),
         "path_end": np.concatenate([[0], np.cumsum([len(p) for p in paths])]).astype(np.uint64),
         "paths": np.frombuffer(b"".join(paths), dtype=np.uint8),
-        "shard_codec": np.array([CODECS.get(getattr(s, "codec", ""), NO_CODEC)
+        "shard_codec": np.array([CODECS.get(s.codec, NO_CODEC)
                                  for s in shards], dtype=np.uint8),
     }
     for name in ("rows", "tokens", "length"):
