@@ -151,10 +151,10 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--world", type=int, default=64, help="ranks")
     parser.add_argument("--lanes", type=int, default=512, help="lanes (the global batch)")
-    parser.add_argument("--groups", type=int, default=2000,
+    parser.add_argument("--groups", type=int, default=8000,
                         help="rank 0's first row groups to plan requests for")
     parser.add_argument("--groups-per-shard", type=int, default=1000)
-    parser.add_argument("--runs", default="auto,1,8,32",
+    parser.add_argument("--runs", default="auto,1,16,32,64",
                         help="run_blocks values ('auto': the loader's default, unset)")
     args = parser.parse_args()
     sizes = (2e9, 1e10, 1e11, 1e12)

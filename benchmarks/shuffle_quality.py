@@ -15,6 +15,10 @@ order; what the optimizer sees):
   fraction of windows with more than ``k`` = 32.
 - **batch duplicates**: share of a global batch's samples that share a row group with another
   sample of the same global batch (0 for a full permutation).
+- **regions per batch**: distinct *regions* (64 consecutive row groups of the input order,
+  16 M tokens: one litdata chunk) among a global batch's samples, mean. Every order visits
+  regions at the same rate (the tokens read per step); this says how many it draws from at
+  once (a full permutation: ~the batch size).
 
 Cost, on rank 0's sequence (what one reader reads):
 
@@ -46,6 +50,10 @@ Orders compared:
   written here from its description (single canonical node): shards shuffled, each shard's
   samples placed at random inside a range of ``shuffle_block_size`` samples centred on its
   span, sorted by position; ranks take contiguous slices. Shards are MDS-sized (8192 samples).
+- ``litdata-style``: litdata's ``FullShuffle`` (0.2.x, written here from its source): its
+  64 MB chunks of int32 tokens (~8,190 samples) permuted, the list cut into contiguous rank
+  shares (one DataLoader worker per rank), each chunk's samples in aligned blocks of 256,
+  shuffled inside and in block order: a rank's batch comes from one chunk.
 - ``full permutation``: a uniform permutation (best quality, worst reads).
 
     python benchmarks/shuffle_quality.py            # 2 B tokens
@@ -74,6 +82,11 @@ ROW_GROUP_TOKENS = 256 * 1024
 PER_GROUP = ROW_GROUP_TOKENS // WIDTH  # samples per row group
 STRETCH = 1024  # consecutive samples of one lane whose source span is measured
 MDS_SHARD_SAMPLES = 8192
+#: litdata's TokensLoader: a 64 MB chunk of int32 tokens holds this many 2049-token samples
+LITDATA_CHUNK_SAMPLES = (64 << 20) // (WIDTH * 4)
+LITDATA_ITEM_WINDOW = 256  # FullShuffle's default item window (aligned blocks, shuffled)
+#: a *region*: 64 row groups (16 M tokens, one litdata chunk) of the input order
+REGION_GROUPS = 64
 WINDOW = 64
 BATCH = 8
 
@@ -99,6 +112,23 @@ def py1e_style(n_samples: int, shard_samples: int, block: int, seed: int) -> np.
         ids[pos:pos + size] = np.arange(shard_starts[shard], shard_starts[shard] + size)
         pos += size
     return ids[np.argsort(keys, kind="stable")]
+
+
+def litdata_style(n_samples: int, chunk_samples: int, item_window: int, seed: int
+                  ) -> np.ndarray:
+    """litdata's ``FullShuffle`` (0.2.x), written here from its source: chunks permuted, the
+    shuffled list cut into contiguous per-rank shares (one DataLoader worker each), each
+    chunk's items in aligned blocks of ``item_window``, shuffled inside and in block order."""
+    n_chunks = -(-n_samples // chunk_samples)
+    perm = np.random.RandomState([seed, 1]).permutation(n_chunks)
+    parts = []
+    for c in perm.tolist():
+        items = np.arange(c * chunk_samples, min((c + 1) * chunk_samples, n_samples))
+        rng = np.random.RandomState([seed, n_chunks, 1, c])
+        blocks = [rng.permutation(items[i:i + item_window])
+                  for i in range(0, len(items), item_window)]
+        parts.extend(blocks[b] for b in rng.permutation(len(blocks)).tolist())
+    return np.concatenate(parts)
 
 
 def one_stream_order(sizes: np.ndarray, seed: int, epoch: int, window_blocks: int
@@ -206,6 +236,7 @@ def quality(glob: np.ndarray, rank0: np.ndarray, n_groups: int, lru: int, k: int
     shared = np.zeros(batches.shape, dtype=bool)
     shared[:, 1:] |= same
     shared[:, :-1] |= same
+    regions = np.sort(batches // REGION_GROUPS, axis=1)
     g0 = rank0.astype(np.int64) // PER_GROUP
     needed = len(np.unique(g0))
     reads = lru_reads(g0, lru)
@@ -220,6 +251,8 @@ def quality(glob: np.ndarray, rank0: np.ndarray, n_groups: int, lru: int, k: int
         "read_once_peak_groups": read_once_peak(g0, n_groups),
         "rank0_share_of_groups": needed / n_groups,
         "lane_stretch_span_groups": stretch_span(rank0, lanes),
+        "batch_distinct_regions_mean": float(
+            (1 + (np.diff(regions, axis=1) != 0).sum(axis=1)).mean()),
     }
 
 
@@ -234,7 +267,7 @@ def orders(n_samples: int, n_groups: int, seed: int, world: int, batch: int
     for wb in (1, 2, 4, 16):
         out[f"shardflow lanes (window_blocks={wb})"] = lanes_order(sizes, seed, wb, world,
                                                                    batch)
-    for rb in (8, 32):  # request-sized runs for object stores (loaders.permute.RunPermutation)
+    for rb in (8, 16, 32, 64):  # request-sized runs (loaders.permute.RunPermutation)
         out[f"shardflow lanes (window_blocks=2, run_blocks={rb})"] = lanes_order(
             sizes, seed, 2, world, batch, rb)
     out["one stream (before, window_blocks=16)"] = sliced(one_stream_order(sizes, seed, 0, 16),
@@ -242,6 +275,8 @@ def orders(n_samples: int, n_groups: int, seed: int, world: int, batch: int
     for blk in (1 << 18, 1 << 14):
         out[f"py1e-style (block={blk})"] = sliced(
             py1e_style(n_samples, MDS_SHARD_SAMPLES, blk, seed), world, batch)
+    out["litdata-style (FullShuffle, 1 worker per rank)"] = sliced(
+        litdata_style(n_samples, LITDATA_CHUNK_SAMPLES, LITDATA_ITEM_WINDOW, seed), world, batch)
     out["full permutation"] = sliced(np.random.default_rng(seed).permutation(n_samples), world,
                                      batch)
     return out
@@ -255,15 +290,17 @@ def plot(results: dict[str, Any], k: int, path: Path) -> None:
 
     names = list(results["orders"])
     rows = results["orders"]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for name in names:
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(15, 6.5))
+    colours = plt.get_cmap("tab20").colors
+    for i, name in enumerate(names):
         r = rows[name]
-        ax1.scatter(r["reads_per_group"], r["window_distinct_groups_mean"], s=60, label=name)
+        ax1.scatter(r["reads_per_group"], r["window_distinct_groups_mean"], s=60, label=name,
+                    color=colours[i % len(colours)], marker="osD^v<>"[i % 7])
     ax1.set_xscale("log")
     ax1.set_xlabel(f"rank 0's row-group reads / groups it needs (LRU of {results['lru']})")
     ax1.set_ylabel(f"distinct row groups per {WINDOW} consecutive samples (global)")
     ax1.set_title("mixing vs read cost")
-    ax1.legend(fontsize=8)
+    ax1.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
     x = np.arange(len(names))
     ax2.bar(x - 0.2, [rows[n]["neighbour_distance_median"] for n in names], 0.4,
             label="median")
@@ -300,7 +337,7 @@ def main() -> int:
                                "lru": args.lru, "k": args.k, "window": WINDOW, "orders": {}}
     head = (f"{'order':50} {'dist med':>9} {'dist mean':>9} {'distinct/64':>11} "
             f"{'>' + str(args.k):>6} {'dup share':>9} {'reads/group':>11} {'read-once':>9} "
-            f"{'rank share':>10} {'lane span':>12}")
+            f"{'rank share':>10} {'lane span':>9} {'regions/batch':>13}")
     print(head)
     print("-" * len(head))
     for name, (glob, rank0) in orders(n_samples, n_groups, args.seed, args.world,
@@ -313,7 +350,7 @@ def main() -> int:
               f"{q[f'window_frac_over_{args.k}_groups']:6.2f} "
               f"{q['batch_share_sharing_a_group']:9.3f} {q['reads_per_group']:11.2f} "
               f"{q['read_once_peak_groups']:9d} {q['rank0_share_of_groups']:10.3f} "
-              f"{q['lane_stretch_span_groups']:12.0f}"
+              f"{q['lane_stretch_span_groups']:9.0f} {q['batch_distinct_regions_mean']:13.1f}"
               f"   ({time.perf_counter() - t0:.1f} s)")
     name = "shuffle_quality_quick" if args.quick else "shuffle_quality"
     path = write_results(name, results)

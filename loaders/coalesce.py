@@ -31,6 +31,15 @@ from collections import defaultdict
 
 import numpy as np
 
+#: The default read-ahead budget (``ReadSettings.readahead_bytes``): decoded row groups a
+#: reader from an object store may hold ahead of their use, which bounds how far its requests
+#: grow (:func:`window_cap`). A request holds a whole run of ``loaders.plan.run_blocks`` row
+#: groups only when the window covers a run of each of the reader's lanes, i.e. the budget
+#: holds ``(lanes x run_blocks + lookahead)`` decoded row groups: for 8 lanes (a per-rank batch
+#: of 8), runs of 64 and the pipeline's 256 Ki uint16 tokens, (8 x 64 + 16) x 512 KiB = 264
+#: MiB. At 256 MiB a run went in two requests (62 + 2 row groups: 1.9x litdata's GETs instead
+#: of 1.1x, ``benchmarks/request_scale.py``); more lanes per reader want a larger budget.
+READAHEAD_BYTES = 320 << 20
 #: a larger request may cost up to this much more time per byte and still count as "kept up"
 #: (a loaded host's noise; a store that throttles or queues large reads costs far more)
 GROWTH_TOLERANCE = 1.5

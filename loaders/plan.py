@@ -110,8 +110,11 @@ DEFAULT_WINDOW_BLOCKS = 2
 
 #: The default ``run_blocks`` (``None``): the longest run, a power of two up to this, that
 #: still leaves at least ``max(AUTO_MIN_RUNS, AUTO_RUNS_PER_LANE x lanes)`` runs to permute
-#: (:func:`auto_run_blocks`).
-AUTO_MAX_RUN_BLOCKS = 16
+#: (:func:`auto_run_blocks`). 64 row groups of the pipeline's 256 Ki tokens are 16 M tokens,
+#: the tokens of one of litdata's 64 MB int32 chunks: one request per run is litdata's
+#: request count per token (``benchmarks/request_scale.py``), and a lane dwells in one
+#: region no longer than a litdata worker dwells in one chunk (``shuffle_quality.py``).
+AUTO_MAX_RUN_BLOCKS = 64
 AUTO_MIN_RUNS = 64
 AUTO_RUNS_PER_LANE = 2
 
@@ -122,12 +125,16 @@ def auto_run_blocks(n_blocks: int, lanes: int) -> int:
     Why runs: a rank reads a contiguous 1/W of the permuted blocks, so with single blocks its
     requests to an object store are one row group each once the dataset has many more row
     groups than the read-ahead holds (``benchmarks/request_scale.py``: ~60x litdata's GETs
-    per token at 1 T tokens); a run of ``k`` neighbours is one request. Why bounded by the
-    count of runs: fewer than ``lanes`` runs would put neighbouring row groups side by side in
-    one global batch, and a few dozen runs would leave little to shuffle; with ``2 x lanes``
-    runs (and at least 64) every lane walks through two or more runs an epoch and a batch's
-    lanes stand in different runs. (How long a lane dwells in one region is ``k`` row groups
-    whatever the count: ``shuffle_quality.py``'s lane span.) A small dataset (the demo's few
+    per token at 1 T tokens); a run of ``k`` neighbours is one request (where the read-ahead
+    budget holds a run per lane of the rank: ``loaders.coalesce.READAHEAD_BYTES``). Why
+    bounded by the count of runs: fewer than ``lanes`` runs would put neighbouring row groups
+    side by side in one global batch, and a few dozen runs would leave little to shuffle;
+    with ``2 x lanes`` runs (and at least 64) every lane walks through two or more runs an
+    epoch and a batch's lanes stand in different runs. Why at most 64: a lane dwells in one
+    region of the input order for ``k`` row groups whatever the count (``shuffle_quality.py``'s
+    lane span and dwell); 64 (16 M tokens at the default row groups) is as long as a litdata
+    worker stays in one 64 MB chunk, while every global batch still draws each lane from
+    another region (litdata's batch comes from one chunk). A small dataset (the demo's few
     dozen row groups, every test's) keeps 1: single blocks, the order of every version before
     runs existed."""
     if n_blocks < 0 or lanes < 1:

@@ -16,7 +16,7 @@ from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 
 import numpy as np
 
-from loaders.coalesce import AdaptiveWindow, UnitPlanner, window_cap
+from loaders.coalesce import READAHEAD_BYTES, AdaptiveWindow, UnitPlanner, window_cap
 from loaders.reader import TokenReader
 from storage import tokens as token_format
 
@@ -32,8 +32,6 @@ COALESCE_WINDOW = 128
 COALESCE_MAX_BYTES = 16 << 20
 #: the byte span of one request, however far the window grows
 COALESCE_MAX_BYTES_CAP = 64 << 20
-#: default read-ahead memory budget: decoded row groups held before their use
-READAHEAD_BYTES = 256 << 20
 
 
 def group_schedule(reader: TokenReader, starts: np.ndarray,

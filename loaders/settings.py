@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from loaders.cache import DEFAULT_CACHE_BYTES
+from loaders.coalesce import READAHEAD_BYTES
 from loaders.plan import DEFAULT_WINDOW_BLOCKS, PlanParams
 
 __all__ = ["DEFAULT_WINDOW_BLOCKS", "LoaderSettings", "ReadSettings"]
@@ -35,8 +36,9 @@ class ReadSettings:
     cache_dir: str | None = None
     cache_bytes: int = DEFAULT_CACHE_BYTES
     #: decoded row groups a reader from an object store may hold ahead of their use, so that
-    #: its requests can grow (``loaders.coalesce.AdaptiveWindow``); local reads hold less
-    readahead_bytes: int = 256 << 20
+    #: its requests can grow (``loaders.coalesce.AdaptiveWindow``) to a run per lane;
+    #: local reads hold less
+    readahead_bytes: int = READAHEAD_BYTES
 
     def __post_init__(self) -> None:
         if self.cache_bytes < 1:

@@ -23,11 +23,15 @@ def test_runs_keep_requests_large_at_scale() -> None:
 
 def test_the_default_resolves_to_runs_at_scale() -> None:
     """Left unset (``None``: the loader's default), run_blocks is resolved from the row groups
-    and lanes: runs at 100 B tokens, so the default's requests are the runs' size."""
-    args = argparse.Namespace(world=64, lanes=512, groups=600, groups_per_shard=1000)
+    and lanes: the longest runs at 100 B tokens, so the default's requests are the runs'
+    size, close to litdata's count per token (whole 64 MB chunks)."""
+    from loaders.plan import AUTO_MAX_RUN_BLOCKS
+
+    args = argparse.Namespace(world=64, lanes=512, groups=4000, groups_per_shard=1000)
     auto = measure(1e11, None, args)
-    assert (auto["setting"], auto["run_blocks"]) == ("auto", 16)
-    assert auto["gets"] == measure(1e11, 16, args)["gets"]
+    assert (auto["setting"], auto["run_blocks"]) == ("auto", AUTO_MAX_RUN_BLOCKS)
+    assert auto["gets"] == measure(1e11, AUTO_MAX_RUN_BLOCKS, args)["gets"]
+    assert auto["x_litdata_gets"] < 1.5
 
 
 def test_rounds_rotate_each_storage_group() -> None:

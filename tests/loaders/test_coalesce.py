@@ -151,3 +151,53 @@ def test_window_doubles_while_time_per_byte_stays_flat_and_stops_when_it_rises()
 @given(st.lists(st.floats(1e-12, 1e-3), min_size=1, max_size=9))
 def test_the_window_judges_by_the_median_numpy_gives(values: list[float]) -> None:
     assert _median(values) == float(np.median(values))
+
+
+def _rank_first_use(n_groups: int, per_group: int, lanes: int, world: int,
+                    groups: int) -> list[int]:
+    """Rank 0's first ``groups`` row groups in first-use order under the default plan."""
+    from loaders import plan
+
+    sizes = np.full(n_groups, per_group, dtype=np.int64)
+    lane_plan = plan.LanePlan(sizes, plan.PlanParams(), 0, lanes, 0, lanes // world)
+    order: list[int] = []
+    seen: set[int] = set()
+    step = 4 * per_group
+    for c0 in range(0, lane_plan.m, step):
+        for g in (plan.arrange(lane_plan.columns(c0, c0 + step), 1) // per_group).tolist():
+            if g not in seen:
+                seen.add(g)
+                order.append(g)
+        if len(order) >= groups:
+            return order[:groups]
+    return order
+
+
+def test_the_default_budget_fetches_a_default_run_per_request() -> None:
+    """The defaults agree with each other: on a dataset large enough for the longest default
+    runs (``loaders.plan.AUTO_MAX_RUN_BLOCKS``), a rank of 8 lanes with the default read-ahead
+    budget (256 Ki-token row groups of uint16, the pipeline's) fetches most of a run with one
+    request, so its GETs per token stay near litdata's (``benchmarks/request_scale.py``); a
+    smaller budget (the 256 MiB before runs of 64) splits each run in two."""
+    from loaders import plan
+    from loaders.coalesce import READAHEAD_BYTES, window_cap
+    from loaders.prefetch import COALESCE_MAX_BYTES_CAP, COALESCE_WINDOW
+    from loaders.settings import ReadSettings
+
+    assert ReadSettings().readahead_bytes == READAHEAD_BYTES
+    per_group, lanes, world, n_groups = 256 * 1024 // 2049, 512, 64, 1 << 17
+    assert plan.auto_run_blocks(n_groups, lanes) == plan.AUTO_MAX_RUN_BLOCKS
+    order = _rank_first_use(n_groups, per_group, lanes, world, 4000)
+    shard_of = np.arange(n_groups) // 1000
+    group_bytes = 300_000
+    offset = (np.arange(n_groups) % 1000) * group_bytes
+    length = np.full(n_groups, group_bytes)
+    lookahead = ReadSettings().lookahead_groups
+
+    def groups_per_request(budget: int) -> float:
+        window = window_cap(budget, 256 * 1024 * 2, lookahead, COALESCE_WINDOW)
+        units = plan_units(order, shard_of, offset, length, window, COALESCE_MAX_BYTES_CAP)
+        return len(order) / len(units)
+
+    assert groups_per_request(READAHEAD_BYTES) >= 0.8 * plan.AUTO_MAX_RUN_BLOCKS
+    assert groups_per_request(256 << 20) < 0.6 * plan.AUTO_MAX_RUN_BLOCKS

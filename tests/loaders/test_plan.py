@@ -317,7 +317,7 @@ def test_auto_run_blocks_is_the_longest_run_that_leaves_enough_runs(
         n: int, lanes: int, n2: int, lanes2: int) -> None:
     k = plan.auto_run_blocks(n, lanes)
     floor = max(plan.AUTO_MIN_RUNS, plan.AUTO_RUNS_PER_LANE * lanes)
-    assert k in (1, 2, 4, 8, 16) and k <= plan.AUTO_MAX_RUN_BLOCKS
+    assert k & (k - 1) == 0 and 1 <= k <= plan.AUTO_MAX_RUN_BLOCKS  # a power of two
     if k > 1:
         assert n // k >= floor  # enough runs to shuffle, 8 per lane
     if k < plan.AUTO_MAX_RUN_BLOCKS:

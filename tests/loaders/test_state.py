@@ -227,6 +227,15 @@ def test_default_runs_on_a_larger_dataset_and_old_states_keep_their_order(
     again = _loader(fine_dataset, 4)
     again.load_state_dict(json.loads(json.dumps(started.state_dict())))
     assert first + _ids(again) == _ids(_loader(fine_dataset, 4))
+    # a state recorded under another default (the cap on runs was 16 before 64) resumes its
+    # own runs, not the ones the current default resolves to
+    other = _loader(fine_dataset, 4, run_blocks=2 * k)
+    head = _ids(other, limit=3)
+    moved = _loader(fine_dataset, 4)
+    moved.load_state_dict(json.loads(json.dumps(other.state_dict())))
+    assert moved.state_dict()["plan"]["run_blocks"] == 2 * k
+    assert head + _ids(moved) == _ids(_loader(fine_dataset, 4, run_blocks=2 * k))
+    assert _ids(_loader(fine_dataset, 4, run_blocks=2 * k)) != _ids(_loader(fine_dataset, 4))
     # a refused state leaves the loader as it was: still its own default plan
     bad = {**saved, "plan": {**saved["plan"], "seq_len": SEQ + 1}}
     fresh = _loader(fine_dataset, 4)
