@@ -121,11 +121,17 @@ class TrainConfig:
                            Parameter(converter=_size_converter, metavar="SIZE")] = _h(
         None, "size limit of --cache-dir, least recently used pieces evicted (e.g. 200G; "
               "default: 16G)")
+    readahead_bytes: Annotated[int | None, _DATA,
+                               Parameter(converter=_size_converter, metavar="SIZE")] = _h(
+        None, "decoded row groups a rank may hold ahead of use when reading from an object "
+              "store, which bounds its requests' size: a request takes a whole run when "
+              "this holds lanes per rank x --run-blocks row groups (default: 320M, runs of "
+              "64 for 8 lanes)")
     run_blocks: Annotated[int | None, _Positive, Parameter(metavar="K"), _DATA] = _h(
         None, "row groups the loader's shuffle moves as one run: from an object store a "
               "rank reads a run with one request at any dataset size (1: one request per "
               "row group at scale, ~60x litdata's requests per token at 1 T tokens). Part of "
-              "the data order. Unset: up to 16, as long as 2 runs per lane (and 64) remain (1 "
+              "the data order. Unset: up to 64, as long as 2 runs per lane (and 64) remain (1 "
               "on a small dataset); a resume takes the checkpoint's")
     log_every: Annotated[int, _Positive, Parameter(metavar="K"), _RUNTIME] = _h(
         10, "log a metrics line every K steps (and at the last step)")

@@ -41,13 +41,15 @@ def build_loader(
     storage_options: dict[str, Any] | None,
     cache_dir: str | None = None,
     cache_bytes: int | None = None,
+    readahead_bytes: int | None = None,
     global_batch_size: int | None = None,
     run_blocks: int | None = None,
 ) -> EpochLoader:
     """The real streaming loader for this rank (``loaders.build_dataloader``). Batches carry
     ``sample_id`` so that each rank can log which samples it trained on (a resume is checked
-    against that log). ``cache_bytes=None`` keeps the loaders' default limit. ``batch_thread``:
-    the next batches are built while the step runs, so the step rarely waits for one.
+    against that log). ``cache_bytes=None`` / ``readahead_bytes=None`` keep the loaders'
+    defaults. ``batch_thread``: the next batches are built while the step runs, so the step
+    rarely waits for one.
     ``global_batch_size`` (default ``batch_size x world_size``, i.e. no accumulation) fixes
     the loader's plan: every optimizer step gets the same samples on any world size and
     ``num_workers`` that divide it, also after an elastic resume."""
@@ -56,6 +58,8 @@ def build_loader(
     cache: dict[str, Any] = {"cache_dir": cache_dir}
     if cache_bytes is not None:
         cache["cache_bytes"] = cache_bytes
+    if readahead_bytes is not None:
+        cache["readahead_bytes"] = readahead_bytes
     return build_dataloader(
         url, batch_size, seq_len, num_workers=num_workers, seed=seed, shuffle=True,
         rank=rank, world_size=world_size, storage_options=storage_options,

@@ -471,7 +471,8 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
             num_workers=cfg.num_workers, seed=cfg.seed, rank=info.rank,
             world_size=info.world_size, storage_options=cfg.storage_options,
             cache_dir=cfg.cache_dir, cache_bytes=cfg.cache_bytes,
-            global_batch_size=cfg.global_batch_size, run_blocks=cfg.run_blocks,
+            readahead_bytes=cfg.readahead_bytes, global_batch_size=cfg.global_batch_size,
+            run_blocks=cfg.run_blocks,
         )
         summary = train(cfg, info, loader, vocab_size, run_dir)
         beat("finish")

@@ -70,6 +70,7 @@ def test_width_must_divide_by_heads() -> None:
     ["--steps", "3"],  # --data is required
     ["--data", "d", "--cache-bytes", "lots"],
     ["--data", "d", "--cache-bytes", "0"],
+    ["--data", "d", "--readahead-bytes", "lots"],
 ])
 def test_bad_flags_exit(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as caught:

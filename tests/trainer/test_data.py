@@ -22,6 +22,17 @@ def test_cache_flags_reach_the_loader(tiny_dataset: str, tmp_path: Path) -> None
     assert cached.metrics()["cache_misses"] > 0 and any(tmp_path.iterdir())
 
 
+def test_readahead_flag_reaches_the_loader(tiny_dataset: str) -> None:
+    from loaders.coalesce import READAHEAD_BYTES
+    from trainer.config import parse_args
+
+    assert _build(tiny_dataset).source.settings.read.readahead_bytes == READAHEAD_BYTES
+    cfg = parse_args(["--data", tiny_dataset, "--readahead-bytes", "64M"])
+    assert cfg.readahead_bytes == 64 << 20
+    loader = _build(tiny_dataset, readahead_bytes=cfg.readahead_bytes)
+    assert loader.source.settings.read.readahead_bytes == 64 << 20
+
+
 def test_the_loader_is_stateful_and_the_stream_saves_it(tiny_dataset: str) -> None:
     from torch.distributed.checkpoint.stateful import Stateful
 
