@@ -164,3 +164,39 @@ def test_requests_grow_along_the_plan_same_samples_fewer_gets(s3_bucket, monkeyp
     assert len(grown) == len(fixed) == len(local)
     assert all(np.array_equal(a, b) and np.array_equal(a, c)
                for a, b, c in zip(grown, fixed, local, strict=True))
+
+
+def test_a_run_is_one_request_from_s3(s3_bucket, monkeypatch, tmp_path) -> None:
+    """From a real S3 server, on a dataset much larger than the read-ahead window (the
+    situation at scale, made small: 16 shards, a budget of a run per lane): runs of 16
+    neighbouring row groups go about one GET each, where single blocks scatter a rank's next
+    row groups over the shards; every row group read once, the samples those of local disk."""
+    import loaders.coalesce
+    from benchmarks.bench_utils import write_token_dataset
+
+    url = f"{s3_bucket.url}/runs"
+    tokens = np.random.default_rng(11).integers(0, 50_000, 256 * 4096, dtype=np.uint16)
+    for where, opts in ((url, s3_bucket.storage_options), (str(tmp_path / "runs"), None)):
+        write_token_dataset(ReplicaSet.from_urls([where], opts), tokens, 16,
+                            row_group_tokens=4096, doc_tokens=512)
+    monkeypatch.setattr(loaders.coalesce, "GROWTH_TOLERANCE", float("inf"))
+    monkeypatch.setattr(loaders.coalesce, "GROWTH_SAMPLES", 1)
+    lanes, run, lookahead = 4, 16, 2
+    budget = (lanes * run + lookahead) * 4096 * 2  # a run per lane, decoded
+
+    def epoch(run_blocks: int) -> tuple[list[np.ndarray], dict[str, float]]:
+        loader = build_dataloader(url, lanes, SEQ, storage_options=s3_bucket.storage_options,
+                                  run_blocks=run_blocks, lookahead_groups=lookahead,
+                                  readahead_bytes=budget)
+        got = [b["input_ids"].numpy().copy() for b in loader]
+        return got, loader.source.metrics()
+
+    runs, runs_m = epoch(run)
+    singles, singles_m = epoch(1)
+    assert runs_m["row_groups_read"] == singles_m["row_groups_read"] == 256
+    assert runs_m["requests"] <= 2 * 256 // run, runs_m  # runs, cut by lanes and the growth
+    assert singles_m["requests"] >= 1.6 * runs_m["requests"], (singles_m, runs_m)
+    for got, k in ((runs, run), (singles, 1)):
+        local = _epoch(str(tmp_path / "runs"), None, run_blocks=k)
+        assert len(got) == len(local)
+        assert all(np.array_equal(a, b) for a, b in zip(got, local, strict=True))
