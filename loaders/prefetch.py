@@ -30,6 +30,14 @@ REMOTE_IN_FLIGHT = 8
 #: doubles the window while the store keeps up, up to what ``readahead_bytes`` allows.
 COALESCE_WINDOW = 128
 COALESCE_MAX_BYTES = 16 << 20
+#: Locally, a read also takes the shard's row groups used within this many positions (at
+#: most the look-ahead, up to ``max_unit_groups``; 0: one row group per read): one call
+#: verifies and decodes them. Fewer calls, each with its fixed cost (a thread hand-off, and
+#: for a dataset above ``loaders.reader.LOCAL_FOOTER_GROUPS`` a footer made from the index):
+#: 200 M tokens locally, runs of 8, 361 calls instead of 736, ~4 % less CPU per token under
+#: the shards' own footers and the footers made from the index back to that cost
+#: (``benchmarks/loader_throughput.py``: ``shardflow_local_ixf``).
+LOCAL_COALESCE_WINDOW = 16
 #: the byte span of one request, however far the window grows
 COALESCE_MAX_BYTES_CAP = 64 << 20
 
@@ -55,18 +63,6 @@ def group_schedule(reader: TokenReader, starts: np.ndarray,
     last_pos = len(groups) - 1 - np.unique(groups[::-1], return_index=True)[1]
     last_use = dict(zip(uniq.tolist(), use[last_pos].tolist(), strict=True))
     return first, last, order, last_use
-
-
-def fetch_units(reader: TokenReader, order: list[int], max_groups: int) -> list[list[int]]:
-    """Runs of ``order`` that are neighbours in one shard: each is fetched with one GET."""
-    units: list[list[int]] = []
-    for g in order:
-        if (units and len(units[-1]) < max_groups and g == units[-1][-1] + 1
-                and reader.index.shard_of[g] == reader.index.shard_of[units[-1][-1]]):
-            units[-1].append(g)
-        else:
-            units.append([g])
-    return units
 
 
 class PrefetchingWindows:
@@ -150,24 +146,21 @@ class PrefetchingWindows:
         need = np.maximum(position(first), position(last))  # exact unless a sample spans 3+
         for i in np.flatnonzero(last - first > 1).tolist():
             need[i] = position(np.arange(first[i], last[i] + 1)).max()
-        planner: UnitPlanner | None = None
-        unit_at: dict[int, list[int]] = {}
-        if self.coalesce_window:
-            # Units planned one at a time, as they become due, at the window of the moment.
-            where = reader.index.locations(reader.store)
-            planner = UnitPlanner(order, reader.index.shard_of, where.offset, where.length)
+        # Units planned one at a time, as they become due: from a remote store at the window
+        # of the moment (AdaptiveWindow), locally at a fixed one.
+        where = reader.index.locations(reader.store)
+        offset, length = where.offset, where.length
+        planner = UnitPlanner(order, reader.index.shard_of, offset, length)
+        local_window = min(LOCAL_COALESCE_WINDOW, self.lookahead)
+        adaptive = bool(self.coalesce_window)
+        if adaptive:
             window = reader.coalesce_window  # learned by this reader's earlier pieces
             cap = self._window_cap()
             if window is None or (window.start, window.cap) != (self.coalesce_window, cap):
                 window = reader.coalesce_window = AdaptiveWindow(
                     self.coalesce_window, cap, COALESCE_MAX_BYTES, COALESCE_MAX_BYTES_CAP)
             self.window = window
-            offset, length, done = where.offset, where.length, self._done
-        else:
-            units = fetch_units(reader, order, self.max_unit_groups)
-            unit_at = {int(p): unit for p, unit in
-                       zip(position(np.array([u[0] for u in units], dtype=np.int64)).tolist(),
-                           units, strict=True)}
+            done = self._done
         group_start = dict(zip(order, reader.index.starts[by_group].tolist(), strict=True))
         firsts, lasts, needs = first.tolist(), last.tolist(), need.tolist()
         starts = self.starts.tolist()
@@ -181,17 +174,18 @@ class PrefetchingWindows:
                     # Keep `lookahead` groups beyond the current one requested.
                     horizon = needs[i] + lookahead
                     while next_fetch < n_order and next_fetch <= horizon:
-                        if planner is None:
-                            unit = unit_at.get(next_fetch)  # None: taken by an earlier unit
-                        else:
+                        if adaptive:
                             while done:
                                 window.observe(*done.pop(0))
                             unit = planner.unit_at(next_fetch, window.window, window.max_bytes)
+                        else:
+                            unit = planner.unit_at(next_fetch, local_window,
+                                                   COALESCE_MAX_BYTES, self.max_unit_groups)
                         next_fetch += 1
-                        if unit is None:
+                        if unit is None:  # taken by an earlier unit
                             continue
                         futures: dict[int, Future[np.ndarray]] = {g: Future() for g in unit}
-                        if planner is None:
+                        if not adaptive:
                             level, span = None, 0
                         else:
                             level = window.level

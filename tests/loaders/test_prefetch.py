@@ -102,3 +102,54 @@ def test_a_unit_failing_after_its_first_group_fails_the_consumer_there(
     # the first row group's windows were delivered; the failure came with the second
     first_group_samples = int(held.index.starts[1] - held.index.starts[0]) // (SEQ + 1)
     assert 0 < taken <= first_group_samples + 1
+
+
+class _RecordingReader:
+    """A real reader that records the row groups of each call."""
+
+    def __init__(self, reader: Any) -> None:
+        self._reader = reader
+        self.units: list[list[int]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reader, name)
+
+    def fetch_groups(self, groups: list[int],
+                     deliver: Callable[[int, np.ndarray], None] | None = None
+                     ) -> dict[int, np.ndarray]:
+        self.units.append(list(groups))
+        return self._reader.fetch_groups(groups, deliver)
+
+
+@pytest.mark.parametrize("footers", ["own", "index"])
+def test_local_reads_take_the_shards_row_groups_used_soon(
+        tiny_dataset: str, footers: str, request: pytest.FixtureRequest,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Locally, one call verifies and decodes a row group and the same shard's row groups
+    used within ``LOCAL_COALESCE_WINDOW`` positions (fewer calls, each with a fixed cost);
+    every row group once, the same windows as one call per row group, and no more held at
+    once than that window more."""
+    import loaders.prefetch as prefetch
+
+    if footers == "index":
+        request.getfixturevalue("index_footers")
+
+    def run(window: int) -> tuple[list[np.ndarray], list[list[int]], PrefetchingWindows]:
+        monkeypatch.setattr(prefetch, "LOCAL_COALESCE_WINDOW", window)
+        ds = TokenDataset(tiny_dataset, SEQ, rank=0, world_size=1, seed=3)
+        windows = ds.windows(ds.rank_order())
+        recording = _RecordingReader(windows.reader)
+        windows.reader = recording  # type: ignore[assignment]
+        return [w.copy() for w in windows], recording.units, windows
+
+    single, single_units, single_w = run(0)
+    merged, merged_units, merged_w = run(16)
+    assert all(len(u) == 1 for u in single_units)
+    assert len(merged_units) < len(single_units)
+    assert sorted(g for u in merged_units for g in u) == sorted(u[0] for u in single_units)
+    shard_of = merged_w.reader.index.shard_of
+    assert all(len({int(shard_of[g]) for g in u}) == 1 for u in merged_units)
+    assert max(len(u) for u in merged_units) <= merged_w.max_unit_groups
+    assert merged_w.max_resident <= single_w.max_resident + 16
+    assert len(merged) == len(single)
+    assert all(np.array_equal(a, b) for a, b in zip(merged, single, strict=True))
