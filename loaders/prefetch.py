@@ -30,14 +30,18 @@ REMOTE_IN_FLIGHT = 8
 #: doubles the window while the store keeps up, up to what ``readahead_bytes`` allows.
 COALESCE_WINDOW = 128
 COALESCE_MAX_BYTES = 16 << 20
-#: Locally, a read also takes the shard's row groups used within this many positions (at
-#: most the look-ahead, up to ``max_unit_groups``; 0: one row group per read): one call
-#: verifies and decodes them. Fewer calls, each with its fixed cost (a thread hand-off, and
-#: for a dataset above ``loaders.reader.LOCAL_FOOTER_GROUPS`` a footer made from the index):
-#: 200 M tokens locally, runs of 8, 361 calls instead of 736, ~4 % less CPU per token under
-#: the shards' own footers and the footers made from the index back to that cost
-#: (``benchmarks/loader_throughput.py``: ``shardflow_local_ixf``).
+#: Locally, where each call decodes under a footer made for it from the index (a dataset
+#: above ``loaders.reader.LOCAL_FOOTER_GROUPS``), a read also takes the shard's row groups
+#: used within this many positions (at most the look-ahead, up to ``max_unit_groups``; 0:
+#: one row group per read): one call, one footer for them. ``shardflow_local_ixf``
+#: (``benchmarks/loader_throughput.py``) then reads at 1.04x the default, not 0.85x (9
+#: rounds), at 2-3 % less CPU per token than one row group per call.
 LOCAL_COALESCE_WINDOW = 16
+#: Under the shards' own footers (kept per shard) a call's fixed cost is small: a read takes
+#: the next row group in order when it is the same shard's, nothing used later (as before
+#: the window above; a window of 16 measured no better there: 50 M tokens, 3 x 6 epochs of
+#: each, 0.45-0.52 CPU-s all).
+LOCAL_OWN_FOOTER_WINDOW = 1
 #: the byte span of one request, however far the window grows
 COALESCE_MAX_BYTES_CAP = 64 << 20
 
@@ -151,7 +155,8 @@ class PrefetchingWindows:
         where = reader.index.locations(reader.store)
         offset, length = where.offset, where.length
         planner = UnitPlanner(order, reader.index.shard_of, offset, length)
-        local_window = min(LOCAL_COALESCE_WINDOW, self.lookahead)
+        local_window = min(LOCAL_COALESCE_WINDOW if reader.makes_footers
+                           else LOCAL_OWN_FOOTER_WINDOW, self.lookahead)
         adaptive = bool(self.coalesce_window)
         if adaptive:
             window = reader.coalesce_window  # learned by this reader's earlier pieces

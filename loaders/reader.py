@@ -209,6 +209,14 @@ class TokenReader(ProcessLocal):
         self._threads = threading.local()  # per read thread: its open mapped shards
 
     @property
+    def makes_footers(self) -> bool:
+        """Does a call decode under a footer made for it from the index (the index records the
+        shards' codecs, and the dataset is remote or above ``LOCAL_FOOTER_GROUPS``)? Then
+        each call has a fixed cost worth sharing among several row groups
+        (``loaders.prefetch.LOCAL_COALESCE_WINDOW``)."""
+        return self._footerless and self.index.locations(self.store).codec is not None
+
+    @property
     def local(self) -> bool:
         """Are all replicas on local disk (no request cost to coalesce around)?"""
         return all(r.loc.is_local for r in self.store.replicas)

@@ -125,10 +125,11 @@ class _RecordingReader:
 def test_local_reads_take_the_shards_row_groups_used_soon(
         tiny_dataset: str, footers: str, request: pytest.FixtureRequest,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Locally, one call verifies and decodes a row group and the same shard's row groups
-    used within ``LOCAL_COALESCE_WINDOW`` positions (fewer calls, each with a fixed cost);
-    every row group once, the same windows as one call per row group, and no more held at
-    once than that window more."""
+    """Locally under footers made from the index (a large dataset), one call verifies and
+    decodes a row group and the same shard's row groups used within
+    ``LOCAL_COALESCE_WINDOW`` positions (one footer for them); every row group once, the
+    same windows as one call per row group, and no more held at once than that window more.
+    Under the shards' own footers, one row group per call."""
     import loaders.prefetch as prefetch
 
     if footers == "index":
@@ -144,6 +145,13 @@ def test_local_reads_take_the_shards_row_groups_used_soon(
 
     single, single_units, single_w = run(0)
     merged, merged_units, merged_w = run(16)
+    if footers == "own":  # the next row group in order when it is the shard's, whatever
+        assert merged_w.reader.makes_footers is False  # the setting
+        assert merged_units == single_units
+        assert max(len(u) for u in merged_units) <= 2  # a row group and the next one
+        assert all(np.array_equal(a, b) for a, b in zip(merged, single, strict=True))
+        return
+    assert merged_w.reader.makes_footers is True
     assert all(len(u) == 1 for u in single_units)
     assert len(merged_units) < len(single_units)
     assert sorted(g for u in merged_units for g in u) == sorted(u[0] for u in single_units)
