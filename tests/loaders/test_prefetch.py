@@ -16,14 +16,11 @@ from storage import ChecksumMismatchError
 SEQ = 64
 
 
-class _HeldReader:
-    """A real reader whose read thread stops after delivering a unit's first row group until
-    ``release`` is set (or, with ``fail``, raises there): what a slow decode of the rest of a
-    dozen-group unit looks like to the consumer."""
+class _RecordingReader:
+    """A real reader that records the row groups of each call."""
 
-    def __init__(self, reader: Any, fail: bool = False) -> None:
-        self._reader, self.fail = reader, fail
-        self.release = threading.Event()
+    def __init__(self, reader: Any) -> None:
+        self._reader = reader
         self.units: list[list[int]] = []
 
     def __getattr__(self, name: str) -> Any:
@@ -33,6 +30,22 @@ class _HeldReader:
                      deliver: Callable[[int, np.ndarray], None] | None = None
                      ) -> dict[int, np.ndarray]:
         self.units.append(list(groups))
+        return self._reader.fetch_groups(groups, deliver)
+
+
+class _HeldReader(_RecordingReader):
+    """A real reader whose read thread stops after delivering a unit's first row group until
+    ``release`` is set (or, with ``fail``, raises there): what a slow decode of the rest of a
+    dozen-group unit looks like to the consumer."""
+
+    def __init__(self, reader: Any, fail: bool = False) -> None:
+        super().__init__(reader)
+        self.fail = fail
+        self.release = threading.Event()
+
+    def fetch_groups(self, groups: list[int],
+                     deliver: Callable[[int, np.ndarray], None] | None = None
+                     ) -> dict[int, np.ndarray]:
         assert deliver is not None
         delivered = 0
 
@@ -46,7 +59,7 @@ class _HeldReader:
             delivered += 1
             deliver(g, arr)
 
-        return self._reader.fetch_groups(groups, hold)
+        return super().fetch_groups(groups, hold)
 
 
 def _plain(tiny_dataset: str) -> PrefetchingWindows:
@@ -102,23 +115,6 @@ def test_a_unit_failing_after_its_first_group_fails_the_consumer_there(
     # the first row group's windows were delivered; the failure came with the second
     first_group_samples = int(held.index.starts[1] - held.index.starts[0]) // (SEQ + 1)
     assert 0 < taken <= first_group_samples + 1
-
-
-class _RecordingReader:
-    """A real reader that records the row groups of each call."""
-
-    def __init__(self, reader: Any) -> None:
-        self._reader = reader
-        self.units: list[list[int]] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._reader, name)
-
-    def fetch_groups(self, groups: list[int],
-                     deliver: Callable[[int, np.ndarray], None] | None = None
-                     ) -> dict[int, np.ndarray]:
-        self.units.append(list(groups))
-        return self._reader.fetch_groups(groups, deliver)
 
 
 @pytest.mark.parametrize("footers", ["own", "index"])
