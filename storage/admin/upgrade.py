@@ -17,11 +17,11 @@ places it) and records the codec where the chunks allow a footer-free decode, th
 new index and swaps the manifest the same way; shards are not touched.
 
 Idempotent: a v2 dataset whose shards' codecs are recorded (or cannot be: ``list<int32>``
-shards) is left alone. Deterministic: the same v1 manifest always gives the
-same index and manifest bytes. Not a compare-and-swap: the manifest is read again right before
-the swap and the upgrade stops if it changed (a rebuild committed meanwhile), which narrows
-but cannot close the window on a store without conditional writes; do not run it during a
-rebuild of the same dataset.
+shards, whose footers are then not read at all) is left alone. Deterministic: the same v1
+manifest always gives the same index and manifest bytes. Not a compare-and-swap: the
+manifest is read again right before the swap and the upgrade stops if it changed (a rebuild
+committed meanwhile), which narrows but cannot close the window on a store without
+conditional writes; do not run it during a rebuild of the same dataset.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from storage.admin.versions import Version, commit
 from storage.format.chunk_footer import footerless_codec
 from storage.format.index import with_index
 from storage.format.manifest import FORMAT_V2, IndexRef, Manifest, ManifestError, ShardInfo
-from storage.format.tokens import footer_disagreement, parse_footer
+from storage.format.tokens import LEGACY_LIST, dtype_of, footer_disagreement, parse_footer
 from storage.io.index_store import shards_of, write_index
 from storage.io.replicas import ReplicaError, ReplicaSet
 
@@ -141,7 +141,12 @@ def upgrade(store: ReplicaSet, log: TextIO | None = None) -> UpgradeResult:
     counts = manifest.counts
     if not manifest.is_v2:
         _check_locations(manifest)
-    shards, codecs = _with_codecs(store, shards_of(store, manifest), log)
+    shards = shards_of(store, manifest)
+    codecs = 0
+    # list<int32> token columns (from long before) always decode under their footers: no
+    # codec to record, so none of their footers is read (every run would read them all)
+    if dtype_of(manifest.schema.get("input_ids", LEGACY_LIST)) is not None:
+        shards, codecs = _with_codecs(store, shards, log)
     if manifest.is_v2 and not codecs:
         return UpgradeResult(url, manifest.format, manifest.index, counts.row_groups,
                              len(before), len(before))

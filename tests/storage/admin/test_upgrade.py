@@ -322,3 +322,28 @@ def test_upgrade_refuses_a_footer_that_does_not_match_its_checksum(
     err = capsys.readouterr().err
     assert f"{shard.path}: its footer cannot be read" in err and "Traceback" not in err
     assert read_manifest(str(old)) == before
+
+
+def test_upgrade_reads_no_footer_of_list_int32_shards(
+        copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Token columns stored as ``list<int32>`` (from long before binary ones) always decode
+    under their footers, so an upgrade has no codec to record and reads none of their footers
+    (here every footer is corrupt: reading one would fail the upgrade, as it does for binary
+    shards above); the dataset is left alone."""
+    from tests.loaders._crafted import without_codecs
+
+    old = without_codecs(str(copy), tmp_path)
+    manifest_path = old / "manifest.json"
+    doc = json.loads(manifest_path.read_text())
+    doc["schema"]["input_ids"] = "list<int32>"
+    manifest_path.write_text(json.dumps(doc))
+    before = read_manifest(str(old))
+    for shard in shards_of(str(old), before):
+        path = old / shard.path
+        data = bytearray(path.read_bytes())
+        data[-10] ^= 0xFF  # inside the footer's Thrift bytes
+        path.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert storage_main(["upgrade", str(old)]) == 0
+    assert "nothing to do" in capsys.readouterr().out
+    assert read_manifest(str(old)) == before
