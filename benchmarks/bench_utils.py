@@ -123,3 +123,25 @@ def write_token_dataset(store: Any, tokens: np.ndarray, n_shards: int,
     manifest = with_index(manifest, manifest.shards, write_index(store, manifest.shards))
     store.put(MANIFEST, manifest.to_json().encode())
     return manifest
+
+
+def drop_shard_codecs(dataset: Path) -> None:
+    """Rewrite the local dataset at ``dataset`` with an index that lacks the ``shard_codec``
+    column, as every index written before it did (a reader must then fetch and parse each
+    shard's footer), and commit the manifest naming it. Shards are untouched."""
+    import hashlib
+    from dataclasses import replace
+
+    from storage import ReplicaSet, commit, read_manifest
+    from storage.format.index import build_index_arrays, index_ref, read_index
+    from storage.format.layout import index_name
+
+    m = read_manifest(str(dataset))
+    assert m.index is not None
+    cols = {k: v for k, v in read_index((dataset / m.index.path).read_bytes()).items()
+            if k != "shard_codec"}
+    data = build_index_arrays(cols)
+    ref = index_ref(index_name(hashlib.sha256(data).hexdigest()), data, m.index.digest)
+    store = ReplicaSet.from_urls([str(dataset)])
+    store.put(ref.path, data)
+    commit(store, replace(m, index=ref))

@@ -23,12 +23,10 @@ benchmarks' loader datasets) at 10 B / 100 B / 1 T tokens, a rank touching every
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import subprocess
 import sys
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -72,10 +70,8 @@ print(json.dumps({"anon_kb": after - before, "cpu_s": cpu, "shards": len(first) 
 
 def build(root: Path, shards: int, groups: int, group_tokens: int) -> tuple[str, str]:
     """The dataset as written, and a copy whose index lacks ``shard_codec``."""
-    from benchmarks.bench_utils import write_token_dataset
-    from storage import ReplicaSet, read_manifest, write_manifest
-    from storage.format.index import build_index_arrays, index_ref, read_index
-    from storage.format.layout import index_name
+    from benchmarks.bench_utils import drop_shard_codecs, write_token_dataset
+    from storage import ReplicaSet
 
     tokens = np.random.default_rng(0).integers(0, 50257, shards * groups * group_tokens,
                                                dtype=np.int64)
@@ -87,14 +83,7 @@ def build(root: Path, shards: int, groups: int, group_tokens: int) -> tuple[str,
     for path in new.rglob("*"):
         if path.is_file():
             store.put(path.relative_to(new).as_posix(), path.read_bytes())
-    m = read_manifest(str(old))
-    assert m.index is not None
-    cols = {k: v for k, v in read_index((old / m.index.path).read_bytes()).items()
-            if k != "shard_codec"}
-    data = build_index_arrays(cols)
-    ref = index_ref(index_name(hashlib.sha256(data).hexdigest()), data, m.index.digest)
-    store.put(ref.path, data)
-    write_manifest(store.primary, replace(m, index=ref))
+    drop_shard_codecs(old)
     return str(old), str(new)
 
 

@@ -4,14 +4,12 @@ recorded each shard's codec."""
 
 from __future__ import annotations
 
-import hashlib
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
-from storage import ReplicaSet, commit, read_manifest
-from storage.format.index import build_index_arrays, index_ref, read_index
-from storage.format.layout import index_name
+from benchmarks.bench_utils import drop_shard_codecs
+from storage import read_manifest
+from storage.format.index import read_index
 from tests.storage.admin.test_verify import craft
 
 
@@ -39,12 +37,5 @@ def without_codecs(dataset: str, into: Path) -> Path:
     written before it did: a reader must fetch and parse each shard's footer."""
     ds = into / "no-codecs"
     shutil.copytree(dataset, ds)
-    m = read_manifest(str(ds))
-    assert m.index is not None
-    cols = dict(read_index((ds / m.index.path).read_bytes()))
-    del cols["shard_codec"]
-    data = build_index_arrays(cols)
-    ref = index_ref(index_name(hashlib.sha256(data).hexdigest()), data, m.index.digest)
-    (ds / ref.path).write_bytes(data)
-    commit(ReplicaSet.from_urls([str(ds)]), replace(m, index=ref))
+    drop_shard_codecs(ds)
     return ds

@@ -304,6 +304,12 @@ def test_upgrade_records_the_shards_codecs_of_an_older_index(
     assert store_versions(ReplicaSet.from_urls([ds])) == versions
 
 
+def _corrupt_footer(shard: Path) -> None:
+    data = bytearray(shard.read_bytes())
+    data[-10] ^= 0xFF  # inside the footer's Thrift bytes
+    shard.write_bytes(bytes(data))
+
+
 def test_upgrade_refuses_a_footer_that_does_not_match_its_checksum(
         copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A shard whose footer bytes differ from the index's footer_sha256: the upgrade stops
@@ -313,10 +319,7 @@ def test_upgrade_refuses_a_footer_that_does_not_match_its_checksum(
     old = without_codecs(str(copy), tmp_path)
     before = read_manifest(str(old))
     shard = shards_of(str(old), before)[0]
-    path = old / shard.path
-    data = bytearray(path.read_bytes())
-    data[-10] ^= 0xFF  # inside the footer's Thrift bytes
-    path.write_bytes(bytes(data))
+    _corrupt_footer(old / shard.path)
     capsys.readouterr()
     assert storage_main(["upgrade", str(old)]) == 2
     err = capsys.readouterr().err
@@ -339,10 +342,7 @@ def test_upgrade_reads_no_footer_of_list_int32_shards(
     manifest_path.write_text(json.dumps(doc))
     before = read_manifest(str(old))
     for shard in shards_of(str(old), before):
-        path = old / shard.path
-        data = bytearray(path.read_bytes())
-        data[-10] ^= 0xFF  # inside the footer's Thrift bytes
-        path.write_bytes(bytes(data))
+        _corrupt_footer(old / shard.path)
     capsys.readouterr()
     assert storage_main(["upgrade", str(old)]) == 0
     assert "nothing to do" in capsys.readouterr().out
