@@ -172,15 +172,19 @@ def block_permutation(n_blocks: int, params: PlanParams,
                       epoch: int) -> Feistel | RunPermutation | None:
     """The epoch's permutation of blocks (``None``: the identity, when not shuffling). With
     ``run_blocks > 1`` its domain is padded to whole runs (``perm.n >= n_blocks``; images
-    ``>= n_blocks`` are empty slots)."""
+    ``>= n_blocks`` are empty slots), never beyond one run of all the blocks."""
     if params.run_blocks is None:
         raise ValueError("run_blocks is None (auto): resolve the parameters against the "
                          "row groups and lanes first (PlanParams.resolved)")
     if not params.shuffle:
         return None
     key = (_BLOCK_DOMAIN, params.seed, epoch)
-    if params.run_blocks > 1:
-        return RunPermutation(n_blocks, params.run_blocks, key)
+    # A run of more blocks than there are is one run of them all: the same order (the
+    # identity) as a run of exactly ``n_blocks``, without a padded domain to scan (a huge
+    # ``run_blocks`` on purpose or by mistake would otherwise cost O(run_blocks) per plan).
+    run = min(params.run_blocks, max(1, n_blocks))
+    if run > 1:
+        return RunPermutation(n_blocks, run, key)
     return Feistel(n_blocks, key)
 
 

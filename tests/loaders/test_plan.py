@@ -345,3 +345,22 @@ def test_an_unset_run_blocks_is_the_resolved_one(n_blocks: int, lanes: int, seed
     assert np.array_equal(cols.columns(0, cols.m), want)
     with pytest.raises(ValueError, match="resolve"):
         plan.block_permutation(n_blocks, auto, 0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 300), st.integers(1, 8), st.integers(0, 3))
+def test_a_run_longer_than_the_dataset_is_one_run_of_it_all(n_blocks: int, lanes: int,
+                                                             seed: int) -> None:
+    """``run_blocks`` beyond the row groups orders exactly like a run of all of them, and
+    costs no more (no domain padded to a billion slots)."""
+    import time
+
+    sizes = np.full(n_blocks, 3, dtype=np.int64)
+    want = plan.lane_samples(sizes, PlanParams(seed, run_blocks=n_blocks), 1, lanes, 0, lanes)
+    t0 = time.perf_counter()
+    huge = plan.lane_samples(sizes, PlanParams(seed, run_blocks=10**12), 1, lanes, 0, lanes)
+    assert time.perf_counter() - t0 < 5
+    assert np.array_equal(huge, want)
+    perm = plan.block_permutation(n_blocks, PlanParams(seed, run_blocks=10**12), 1)
+    assert perm is not None and perm.n == n_blocks  # no padding
+    assert perm(np.arange(n_blocks)).tolist() == list(range(n_blocks))  # one run: in order
