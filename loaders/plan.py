@@ -132,7 +132,7 @@ def auto_run_blocks(n_blocks: int, lanes: int) -> int:
     with ``2 x lanes`` runs (and at least 64) every lane walks through two or more runs an
     epoch and a batch's lanes stand in different runs. Why at most 64: a lane dwells in one
     region of the input order for ``k`` row groups whatever the count (``shuffle_quality.py``'s
-    lane span and dwell); 64 (16 M tokens at the default row groups) is as long as a litdata
+    lane span); 64 (16 M tokens at the default row groups) is as long as a litdata
     worker stays in one 64 MB chunk, while every global batch still draws each lane from
     another region (litdata's batch comes from one chunk). A small dataset (the demo's few
     dozen row groups, every test's) keeps 1: single blocks, the order of every version before

@@ -35,7 +35,7 @@ COALESCE_MAX_BYTES = 16 << 20
 #: used within this many positions (at most the look-ahead, up to ``max_unit_groups``; 0:
 #: one row group per read): one call, one footer for them. ``shardflow_local_ixf``
 #: (``benchmarks/loader_throughput.py``) then reads at 1.04x the default, not 0.85x (9
-#: rounds), at 2-3 % less CPU per token than one row group per call.
+#: rounds), at ~2 % less CPU per token than one row group per call.
 LOCAL_COALESCE_WINDOW = 16
 #: Under the shards' own footers (kept per shard) a call's fixed cost is small: a read takes
 #: the next row group in order when it is the same shard's, nothing used later (as before
