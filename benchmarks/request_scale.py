@@ -86,7 +86,8 @@ def measure(n_tokens: float, setting: int | None, args: argparse.Namespace
     offset = (np.arange(n_groups, dtype=np.int64) % args.groups_per_shard) * group_bytes
     length = np.full(n_groups, group_bytes, dtype=np.int64)
     decoded = ROW_GROUP_TOKENS * 2  # uint16 tokens held per decoded row group
-    window = window_cap(READ.readahead_bytes, decoded, READ.lookahead_groups,
+    budget = getattr(args, "readahead_bytes", None) or READ.readahead_bytes
+    window = window_cap(budget, decoded, READ.lookahead_groups,
                         min(COALESCE_WINDOW, 8 * READ.lookahead_groups))
     units = plan_units(order, shard_of, offset, length, window, COALESCE_MAX_BYTES_CAP)
     per_get = len(order) / len(units)
@@ -98,7 +99,7 @@ def measure(n_tokens: float, setting: int | None, args: argparse.Namespace
     rank_groups, rank_shards = epoch_share(n_groups, run_blocks, args)
     data_gets = rank_groups / per_get
     gtok = rank_groups * ROW_GROUP_TOKENS / 1e9
-    return {"tokens": n_tokens, "row_groups": n_groups,
+    return {"tokens": n_tokens, "row_groups": n_groups, "readahead_bytes": budget,
             "setting": "auto" if setting is None else setting, "run_blocks": run_blocks,
             "window": window, "groups_seen": len(order), "gets": len(units),
             "groups_per_get": per_get, "mb_per_get": per_get * group_bytes / 1e6,
@@ -108,6 +109,25 @@ def measure(n_tokens: float, setting: int | None, args: argparse.Namespace
             "with_footers_gets_per_gtok": (data_gets + rank_shards) / gtok,
             "with_footers_x_litdata": (data_gets + rank_shards) / gtok / LITDATA_GETS_PER_GTOK,
             "seconds": time.perf_counter() - t0}
+
+
+def lanes_sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """At 1 T tokens with the default ``run_blocks``: requests as the lanes per rank grow
+    (the per-rank batch), at the default read-ahead budget and at the budget that holds a
+    run per lane, ``(lanes per rank x run_blocks + lookahead)`` decoded row groups."""
+    rows = []
+    n_groups = int(1e12 // ROW_GROUP_TOKENS)
+    for per_rank in (4, 8, 16, 32):
+        lanes = per_rank * args.world
+        run = plan.auto_run_blocks(n_groups, lanes)
+        whole = (per_rank * run + READ.lookahead_groups) * ROW_GROUP_TOKENS * 2
+        for budget in (READ.readahead_bytes, whole):
+            sub = argparse.Namespace(**{**vars(args), "lanes": lanes, "readahead_bytes": budget})
+            r = measure(1e12, None, sub)
+            r["lanes_per_rank"] = per_rank
+            r["budget"] = "default" if budget == READ.readahead_bytes else "a run per lane"
+            rows.append(r)
+    return rows
 
 
 def epoch_share(n_groups: int, run_blocks: int, args: argparse.Namespace) -> tuple[int, int]:
@@ -173,9 +193,19 @@ def main() -> int:
                   f"{r['gets_per_gtok']:9.1f} {r['x_litdata_gets']:9.2f} "
                   f"{r['with_footers_gets_per_gtok']:9.1f} {r['with_footers_x_litdata']:9.2f}   "
                   f"({r['seconds']:.1f} s)", flush=True)
+    print(f"\n1 T tokens, the default run_blocks, rank 0 of {args.world}: lanes per rank "
+          "(the per-rank batch) against the read-ahead budget")
+    print(f"{'lanes/rank':>10} {'run_blocks':>10} {'budget':>15} {'MiB':>6} {'groups/GET':>10} "
+          f"{'x litdata':>9}")
+    sweep = lanes_sweep(args)
+    for r in sweep:
+        print(f"{r['lanes_per_rank']:10d} {r['run_blocks']:10d} {r['budget']:>15} "
+              f"{r['readahead_bytes'] / 2**20:6.0f} {r['groups_per_get']:10.2f} "
+              f"{r['x_litdata_gets']:9.2f}", flush=True)
     results = {"world": args.world, "lanes": args.lanes, "groups": args.groups,
                "groups_per_shard": args.groups_per_shard,
-               "litdata_gets_per_gtok": LITDATA_GETS_PER_GTOK, "rows": rows}
+               "litdata_gets_per_gtok": LITDATA_GETS_PER_GTOK, "rows": rows,
+               "lanes_sweep": sweep}
     path = write_results("request_scale", results)
     plot(rows, RESULTS / "request_scale.png")
     print(f"results: {path} and {RESULTS / 'request_scale.png'}")
