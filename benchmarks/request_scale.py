@@ -20,7 +20,10 @@ chunks of int32 tokens (62.5 GETs per billion tokens, whatever the size); "+foot
 GET per shard footer, what a dataset written before shard codecs were recorded costs. The
 order's cost of ``run_blocks`` is in ``shuffle_quality.py`` (lane span). ``auto`` is the
 loader's default (a plan that leaves ``run_blocks`` unset: :func:`loaders.plan.auto_run_blocks`
-of the row groups and lanes).
+of the row groups and lanes). A second table, at 1 T tokens: the lanes per rank (4 to 32, the
+per-rank batch) at the default read-ahead budget and at the budget that holds a run per lane
+(``(lanes per rank x run_blocks + lookahead)`` decoded row groups): a request takes a whole
+run only when the budget holds one per lane.
 
     python benchmarks/request_scale.py          # 2 B .. 1 T tokens, seconds
 """
