@@ -49,13 +49,19 @@ def test_rounds_rotate_each_storage_group() -> None:
 
 
 def test_a_budget_of_a_run_per_lane_keeps_whole_run_requests() -> None:
-    """At 1 T tokens: 8 lanes per rank fit whole runs in the default budget; 16 do not (a
-    run goes in two requests) until the budget holds a run per lane."""
-    from benchmarks.request_scale import lanes_sweep
+    """At 1 T tokens, on the real plan and request planner: the loader's defaults agree with
+    each other, 8 lanes per rank fit whole default runs in the default read-ahead budget;
+    16 do not (a run goes in two requests) until the budget holds a run per lane."""
+    from benchmarks.request_scale import READ, lanes_sweep
+    from loaders.coalesce import READAHEAD_BYTES
+    from loaders.plan import AUTO_MAX_RUN_BLOCKS
+
+    assert READ.readahead_bytes == READAHEAD_BYTES
 
     args = argparse.Namespace(world=64, lanes=512, groups=3000, groups_per_shard=1000)
     rows = {(r["lanes_per_rank"], r["budget"]): r for r in lanes_sweep(args)}
     eight = rows[(8, "default")]
+    assert eight["run_blocks"] == AUTO_MAX_RUN_BLOCKS
     assert eight["groups_per_get"] > 0.75 * eight["run_blocks"]
     default16, whole16 = rows[(16, "default")], rows[(16, "a run per lane")]
     assert default16["groups_per_get"] < 0.6 * default16["run_blocks"]
