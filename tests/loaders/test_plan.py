@@ -206,6 +206,28 @@ def test_resume_mid_step_on_the_same_layout_continues_exactly(sizes, lanes, per_
                           progress)
 
 
+@given(st.integers(1, 4), st.integers(1, 4), st.integers(1, 3), st.integers(0, 60), st.data())
+def test_consuming_batches_one_by_one_is_consuming_their_sum(lanes_per_rank, per_lane, world,
+                                                             lane_len, data) -> None:
+    """What lets the loader count batches and fold them into its Progress only when it is
+    read (``ShardflowLoader.progress``): ``advance`` by ``a`` then ``b`` is ``advance`` by
+    ``a + b``, for every grouping of an epoch's batches (the last one shorter)."""
+    step = lanes_per_rank * per_lane
+    batch = data.draw(st.sampled_from([d for d in range(1, step + 1) if step % d == 0]))
+    layout = Layout(lanes_per_rank * world, per_lane, world, world - 1, batch)
+    total = lane_len * lanes_per_rank
+    sizes = [min(batch, total - lo) for lo in range(0, total, batch)]
+    one_by_one = [Progress()]
+    for n in sizes:
+        one_by_one.append(plan.advance(one_by_one[-1], layout, lane_len, n))
+    assert plan.rank_batches(lane_len, layout, one_by_one[-1]) == 0
+    cuts = sorted({0, len(sizes), *data.draw(st.lists(st.integers(0, len(sizes)), max_size=6))})
+    folded = Progress()
+    for a, b in zip(cuts, cuts[1:], strict=False):
+        folded = plan.advance(folded, layout, lane_len, sum(sizes[a:b]))
+        assert folded == one_by_one[b]
+
+
 @given(st.lists(st.integers(1, 40), min_size=1, max_size=60), seeds, st.integers(1, 6),
        st.integers(1, 8))
 def test_a_lane_holds_at_most_a_window_of_blocks_open(sizes, seed, window, lanes) -> None:
