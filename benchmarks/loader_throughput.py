@@ -53,6 +53,11 @@ process imports torch first, as a training job does, and times it (``torch_impor
 included: torch imports it): its "first batch less torch" is the interpreter's start, this
 harness, the loader's imports, its construction and first batch, and the full garbage
 collection that the first allocations after torch's import set off (~0.1 s, wherever it lands).
+Around each child the parent also reads ``/proc/stat``: ``other_cores`` (the machine's busy
+CPU-seconds less the child's and the S3 server's, per second of the run) and ``steal_cores``
+(taken by the VM's host) say how much of the machine was not there for it; printed per round.
+Shardflow's local rate uses both cores of this machine and litdata's one, so a round with
+half a core busy elsewhere moves their ratio and not litdata's rate.
 CPU-seconds are ``getrusage`` user+sys of that process and its reaped children (workers) over
 the epoch; the S3 server's own CPU is not counted (it is the store, not the loader).
 
@@ -284,6 +289,11 @@ def _cpu_s() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _children_cpu_s() -> float:
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return kids.ru_utime + kids.ru_stime
 
 
 def _status_mb(field: str) -> float:
@@ -581,9 +591,11 @@ def measure_rounds(configs: tuple[str, ...], spec: dict[str, Any],
                 print(f"  round {r + 1}: {config} failed")
                 continue
             parts[config].append(got)
+            busy = (f"  elsewhere {got['other_cores']:.2f} cores busy, "
+                    f"{got['steal_cores']:.2f} stolen" if "other_cores" in got else "")
             print(f"  round {r + 1}: {config:20} {got['mtok_per_s']:8.1f} Mtok/s  "
                   f"{got['cpu_s_per_gtok']:8.1f} CPU-s/Gtok  first batch "
-                  f"{got['first_batch_s']:.2f} s", flush=True)
+                  f"{got['first_batch_s']:.2f} s{busy}", flush=True)
     results: dict[str, dict[str, Any]] = {}
     for config, got in parts.items():
         if not got:
@@ -601,7 +613,7 @@ def measure_rounds(configs: tuple[str, ...], spec: dict[str, Any],
         out["after_first_mtok_per_s"] = median([g["after_first_mtok_per_s"] for g in got])
         for key in ("first_batch_from_start_s", "first_batch_less_torch_s",
                     "epoch_from_start_s", "server_cpu_s_per_gtok", "requests",
-                    "torch_import_s"):
+                    "torch_import_s", "other_cores", "steal_cores"):
             if all(g.get(key) is not None for g in got):
                 out[key] = median([g[key] for g in got])
         if all("resume_s" in g for g in got):
@@ -623,8 +635,12 @@ def measure(config: str, spec: dict[str, Any], attempts: int = 2) -> dict[str, A
         # a script's, and recompiling this file would count in every first batch.
         cmd = [sys.executable, "-c", CHILD_MAIN, "--child", config,
                "--spec", json.dumps({**spec, "spawn_wall": time.time()})]
+        machine0, kids0, wall0 = _machine_cpu_s(), _children_cpu_s(), time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=child_env())
+        wall, machine1 = time.perf_counter() - wall0, _machine_cpu_s()
         server_cpu = _server_cpu_s(spec.get("server_pids", [])) - server0
+        machine = machine_share(machine0, machine1,
+                                _children_cpu_s() - kids0 + server_cpu, wall)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
         if proc.returncode == 0 and lines:
             break
@@ -639,7 +655,7 @@ def measure(config: str, spec: dict[str, Any], attempts: int = 2) -> dict[str, A
     cpu = median([r["cpu_s"] for r in runs])
     out = {**raw, "median_s": sec, "tokens": tokens, "mtok_per_s": tokens / sec / 1e6,
            "cpu_s_per_gtok": cpu / tokens * 1e9,
-           "first_batch_s": median([r["first_batch_s"] for r in runs])}
+           "first_batch_s": median([r["first_batch_s"] for r in runs]), **machine}
     if "resume" in raw:
         out["resume_s"] = median(raw["resume"]["build_load_first_s"])
     if "_s3" in config:  # the S3 server's own CPU over the measured epochs
@@ -699,6 +715,33 @@ def _server_cpu_s(pids: list[int]) -> float:
         # utime, stime, cutime, cstime: fields 14-17 of stat(5), 12-15 after the name
         total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
     return total
+
+
+def _machine_cpu_s() -> tuple[float, float] | None:
+    """CPU-seconds the whole machine has spent busy, and lost to steal (a VM's vCPU run by
+    the host for someone else), since boot (``/proc/stat``); None where there is none."""
+    import os
+
+    try:
+        with open("/proc/stat") as fh:
+            fields = [int(f) for f in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq) / tick, steal / tick
+
+
+def machine_share(before: tuple[float, float] | None, after: tuple[float, float] | None,
+                  own_cpu_s: float, wall_s: float) -> dict[str, float]:
+    """What the rest of the machine did while a child ran, in cores: ``other_cores`` busy
+    with anything but the child (and the S3 server, counted in ``own_cpu_s``) and
+    ``steal_cores`` taken by the host. A 2-core figure means little when either is high:
+    a loader using two cores loses the second one first, a one-core peer loses nothing."""
+    if before is None or after is None or wall_s <= 0:
+        return {}
+    busy, steal = after[0] - before[0], after[1] - before[1]
+    return {"other_cores": max(0.0, busy - own_cpu_s) / wall_s, "steal_cores": steal / wall_s}
 
 
 # -- the parent: data, server, table, plot -----------------------------------------------------
