@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_utils import RESULTS, write_results  # noqa: E402
 from loaders import plan  # noqa: E402
-from loaders.coalesce import plan_units, window_cap  # noqa: E402
+from loaders.coalesce import plan_units, run_per_lane_bytes, window_cap  # noqa: E402
 from loaders.prefetch import COALESCE_MAX_BYTES_CAP, COALESCE_WINDOW  # noqa: E402
 from loaders.settings import ReadSettings  # noqa: E402
 
@@ -123,7 +123,7 @@ def lanes_sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
     for per_rank in (4, 8, 16, 32):
         lanes = per_rank * args.world
         run = plan.auto_run_blocks(n_groups, lanes)
-        whole = (per_rank * run + READ.lookahead_groups) * ROW_GROUP_TOKENS * 2
+        whole = run_per_lane_bytes(per_rank, run, READ.lookahead_groups, ROW_GROUP_TOKENS * 2)
         for budget in (READ.readahead_bytes, whole):
             sub = argparse.Namespace(**{**vars(args), "lanes": lanes, "readahead_bytes": budget})
             r = measure(1e12, None, sub)

@@ -28,6 +28,7 @@ handful of integers); ``load_state_dict()`` continues the exact sequence, also o
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 from collections.abc import Generator, Iterator
@@ -44,6 +45,8 @@ from loaders.plan import Layout, Progress
 from loaders.settings import LoaderSettings
 from loaders.source import Source, rank_stream, resume_on_saved_plan
 from loaders.state import STATE_VERSION, LoaderStateError, make_state
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["STATE_VERSION", "LoaderStateError", "ShardflowLoader", "build_dataloader"]
 
@@ -115,6 +118,12 @@ class ShardflowLoader:
         self._batches_total = 0
         self._wait_s = 0.0
         self._started = time.perf_counter()
+        advice = getattr(source, "readahead_advice", None)
+        if advice is not None:  # once per loader, not per epoch
+            per_reader = -(-layout.lanes_per_rank // max(1, self.num_workers))
+            message = advice(per_reader, layout.lanes)
+            if message:
+                _log.warning(message)
 
     @property
     def progress(self) -> Progress:

@@ -17,7 +17,7 @@ from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 import numpy as np
 
 from loaders.coalesce import READAHEAD_BYTES, AdaptiveWindow, UnitPlanner, window_cap
-from loaders.reader import TokenReader
+from loaders.reader import RowGroupIndex, TokenReader
 from storage import tokens as token_format
 
 #: Row-group requests in flight when the store is remote (at least; ``read_threads`` if more).
@@ -44,6 +44,13 @@ LOCAL_COALESCE_WINDOW = 16
 LOCAL_OWN_FOOTER_WINDOW = 1
 #: the byte span of one request, however far the window grows
 COALESCE_MAX_BYTES_CAP = 64 << 20
+
+
+def decoded_group_bytes(index: RowGroupIndex) -> float:
+    """A row group's tokens once decoded, on average (what the read-ahead holds of each)."""
+    dtype = token_format.dtype_of(index.encoding)
+    itemsize = dtype.itemsize if dtype is not None else 4
+    return index.total_tokens / max(1, len(index)) * itemsize
 
 
 def group_schedule(reader: TokenReader, starts: np.ndarray,
@@ -102,10 +109,8 @@ class PrefetchingWindows:
         index = self.reader.index
         if not len(index):
             return self.coalesce_window
-        dtype = token_format.dtype_of(index.encoding)
-        itemsize = dtype.itemsize if dtype is not None else 4
-        return window_cap(self.readahead_bytes, index.total_tokens / len(index) * itemsize,
-                          self.lookahead, self.coalesce_window)
+        return window_cap(self.readahead_bytes, decoded_group_bytes(index), self.lookahead,
+                          self.coalesce_window)
 
     def _fetch_unit(self, unit: list[int], futures: dict[int, Future[np.ndarray]],
                     level: int | None, nbytes: int) -> None:

@@ -29,7 +29,8 @@ import numpy as np
 
 from loaders import plan, shared_index
 from loaders.cache import ChunkCache
-from loaders.prefetch import PrefetchingWindows
+from loaders.coalesce import run_per_lane_bytes
+from loaders.prefetch import PrefetchingWindows, decoded_group_bytes
 from loaders.reader import RowGroupIndex, TokenReader
 from loaders.settings import LoaderSettings
 from loaders.state import PLAN_DEFAULTS, check_state
@@ -260,6 +261,26 @@ class DatasetSource(ProcessLocal):
 
     def plan_identity(self, lanes: int) -> dict[str, Any]:
         return self.plan.plan_identity(lanes)
+
+    def readahead_advice(self, lanes_per_reader: int, lanes: int) -> str | None:
+        """Why and how to raise ``readahead_bytes``, when from an object store it cannot hold
+        a whole run of each of the ``lanes_per_reader`` lanes one reader serves (a run then
+        costs two or more GETs: ``loaders.coalesce.run_per_lane_bytes``); None when it can,
+        or when nothing is remote or there are no runs."""
+        if all(r.loc.is_local for r in self.store.replicas) or not len(self.index):
+            return None
+        read = self.settings.read
+        run = self.settings.plan.resolved(len(self.index), lanes).run_blocks or 1
+        need = run_per_lane_bytes(lanes_per_reader, run, read.lookahead_groups,
+                                  decoded_group_bytes(self.index))
+        if run <= 1 or read.readahead_bytes >= need:
+            return None
+        have, want = read.readahead_bytes / 2**20, -(-need * 10 // 2**20) / 10
+        return (f"readahead_bytes={have:.1f} MiB holds less than a run of {run} row groups for "
+                f"each of the {lanes_per_reader} lanes a reader serves, so from "
+                f"{self.store.replicas[0].name} a run takes two or more requests; "
+                f"readahead_bytes={want:.1f} MiB (memory held per reader) keeps one request "
+                "per run, fewer lanes per rank or worker need less")
 
     def adopting(self, saved: dict[str, Any]) -> DatasetSource:
         """This source on a saved state's plan where its own settings left a choice open

@@ -14,6 +14,8 @@ from loaders.coalesce import (
     UnitPlanner,
     _median,
     plan_units,
+    run_per_lane_bytes,
+    window_cap,
 )
 
 
@@ -151,3 +153,15 @@ def test_window_doubles_while_time_per_byte_stays_flat_and_stops_when_it_rises()
 @given(st.lists(st.floats(1e-12, 1e-3), min_size=1, max_size=9))
 def test_the_window_judges_by_the_median_numpy_gives(values: list[float]) -> None:
     assert _median(values) == float(np.median(values))
+
+
+@given(st.integers(1, 64), st.integers(1, 128), st.integers(1, 64), st.integers(1, 1 << 22),
+       st.integers(1, 512))
+def test_a_run_per_lane_budget_is_the_least_whose_window_covers_the_runs(
+        lanes, run, lookahead, group_bytes, start) -> None:
+    """``run_per_lane_bytes`` is the budget at which ``window_cap`` first reaches a run of
+    every lane: what the loader's warning asks for is enough, and not more than needed."""
+    need = run_per_lane_bytes(lanes, run, lookahead, group_bytes)
+    assert window_cap(need, group_bytes, lookahead, start) >= lanes * run
+    if start < lanes * run:
+        assert window_cap(need - 1, group_bytes, lookahead, start) < lanes * run

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from loaders import build_dataloader
+from loaders.coalesce import run_per_lane_bytes
 from loaders.prefetch import REMOTE_IN_FLIGHT, PrefetchingWindows
 from loaders.reader import _sparse_shard
 from storage import IndexFormatError, ReplicaSet
@@ -182,7 +183,7 @@ def test_a_run_is_one_request_from_s3(s3_bucket, monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(loaders.coalesce, "GROWTH_TOLERANCE", float("inf"))
     monkeypatch.setattr(loaders.coalesce, "GROWTH_SAMPLES", 1)
     lanes, run, lookahead = 4, 16, 2
-    budget = (lanes * run + lookahead) * 4096 * 2  # a run per lane, decoded
+    budget = run_per_lane_bytes(lanes, run, lookahead, 4096 * 2)  # a run per lane, decoded
 
     def epoch(run_blocks: int) -> tuple[list[np.ndarray], dict[str, float]]:
         loader = build_dataloader(url, lanes, SEQ, storage_options=s3_bucket.storage_options,
@@ -200,3 +201,44 @@ def test_a_run_is_one_request_from_s3(s3_bucket, monkeypatch, tmp_path) -> None:
         local = _epoch(str(tmp_path / "runs"), None, run_blocks=k)
         assert len(got) == len(local)
         assert all(np.array_equal(a, b) for a, b in zip(got, local, strict=True))
+
+
+def test_a_budget_short_of_a_run_per_lane_is_named_with_the_one_that_is_not(
+        s3_bucket, tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]
+    """From a real S3 server, a read-ahead budget that cannot hold a run of each lane a reader
+    serves is logged once, with the budget that can (what the test above reads with); at that
+    budget, on local disk, or with workers that each serve fewer lanes, nothing is logged."""
+    import logging
+
+    from benchmarks.bench_utils import write_token_dataset
+
+    url = f"{s3_bucket.url}/budget"
+    tokens = np.random.default_rng(12).integers(0, 50_000, 256 * 4096, dtype=np.uint16)
+    for where, opts in ((url, s3_bucket.storage_options), (str(tmp_path / "budget"), None)):
+        write_token_dataset(ReplicaSet.from_urls([where], opts), tokens, 16,
+                            row_group_tokens=4096, doc_tokens=512)
+    lanes, run, lookahead = 4, 16, 2
+    need = run_per_lane_bytes(lanes, run, lookahead, 4096 * 2)
+
+    def warnings(where: str, budget: int, **kw) -> list[str]:  # type: ignore[no-untyped-def]
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="loaders"):
+            build_dataloader(where, lanes, SEQ, run_blocks=run, lookahead_groups=lookahead,
+                             readahead_bytes=budget, **kw)
+        return [r.getMessage() for r in caplog.records if r.name.startswith("loaders")]
+
+    short = warnings(url, need - 1, storage_options=s3_bucket.storage_options)
+    assert len(short) == 1, short
+    assert f"a run of {run} row groups" in short[0] and f"the {lanes} lanes" in short[0]
+    assert f"readahead_bytes={-(-need * 10 // 2**20) / 10:.1f} MiB" in short[0], short[0]
+    assert "s3://" in short[0]
+    for secret in s3_bucket.storage_options.values():
+        if isinstance(secret, str) and len(secret) > 8:
+            assert secret not in short[0]
+    assert warnings(url, need, storage_options=s3_bucket.storage_options) == []
+    assert warnings(str(tmp_path / "budget"), need - 1) == []
+    two_each = run_per_lane_bytes(lanes // 2, run, lookahead, 4096 * 2)
+    assert warnings(url, two_each, storage_options=s3_bucket.storage_options,
+                    num_workers=2) == []
+    assert len(warnings(url, two_each - 1, storage_options=s3_bucket.storage_options,
+                        num_workers=2)) == 1
