@@ -114,6 +114,7 @@ class ShardflowLoader:
         self.prefetch_factor = max(1, prefetch_factor)
         self.batch_thread = batch_thread
         self._lane_len = source.lane_length(layout.lanes)
+        self._handed = 0  # samples handed out by this loader, ever (see ``progress``)
         self.progress = Progress()
         self._batches_total = 0
         self._wait_s = 0.0
@@ -129,20 +130,21 @@ class ShardflowLoader:
     def progress(self) -> Progress:
         """Where this rank's epoch stands, batches handed out so far included.
 
-        Batches are counted as they go (``_unfolded`` samples) and folded into the
-        :class:`~loaders.plan.Progress` value when it is read (``state_dict``, ``remaining``,
-        a new epoch): ``plan.advance`` per batch was ~8 us of the main thread's ~45 us per
-        batch, and consuming ``a`` then ``b`` samples is consuming ``a + b``
-        (``tests/loaders/test_plan.py``), so one fold is the same value."""
-        if self._unfolded:
+        Batches are counted as they go (``_handed`` samples, written only by the iterating
+        thread) and folded into the :class:`~loaders.plan.Progress` value when it is read
+        (``state_dict``, ``remaining``, a new epoch): ``plan.advance`` per batch was ~8 us of
+        the main thread's ~45 us per batch, and consuming ``a`` then ``b`` samples is
+        consuming ``a + b`` (``tests/loaders/test_plan.py``), so one fold is the same value."""
+        handed = self._handed
+        if handed != self._folded:
             self._progress = plan.advance(self._progress, self.layout, self._lane_len,
-                                          self._unfolded)
-            self._unfolded = 0
+                                          handed - self._folded)
+            self._folded = handed
         return self._progress
 
     @progress.setter
     def progress(self, value: Progress) -> None:
-        self._progress, self._unfolded = value, 0
+        self._progress, self._folded = value, self._handed
 
     @property
     def batch_size(self) -> int:
@@ -243,7 +245,7 @@ class ShardflowLoader:
                 self._wait_s += time.perf_counter() - t0
                 if self.pin_memory:
                     batch = {k: v.pin_memory() for k, v in batch.items()}
-                self._unfolded += batch["input_ids"].shape[0]  # folded when read: progress
+                self._handed += batch["input_ids"].shape[0]  # folded when read: progress
                 self._batches_total += 1
                 yield batch
         finally:

@@ -57,3 +57,23 @@ def test_mid_step_resume_with_accumulation_streams_the_same(tiny_dataset: str,
     again.load_state_dict(first.state_dict())
     rest = _epoch(again)
     assert all(np.array_equal(a, b) for a, b in zip(head + rest, whole, strict=True))
+
+
+def test_progress_read_after_every_batch_or_only_at_the_end_is_the_same(
+        tiny_dataset: str) -> None:
+    """Handed-out batches are folded into the loader's progress when it is read: reading it
+    after every batch (each fold one batch) or once after many gives the same states."""
+    kwargs = {"batch_size": 2, "seq_len": SEQ, "global_batch_size": 8, "seed": 4}
+    eager, lazy = build_dataloader(tiny_dataset, **kwargs), build_dataloader(tiny_dataset,
+                                                                              **kwargs)
+    total = len(eager)
+    states = []
+    for i, _ in enumerate(eager):
+        assert eager.remaining() == total - i - 1
+        states.append(eager.state_dict())
+    assert total > 6
+    for i, _ in enumerate(lazy):
+        if i in (2, total - 1):  # a mid-step state, then the epoch's end
+            assert lazy.state_dict() == states[i]
+    lazy.set_epoch(lazy.epoch + 1)
+    assert lazy.remaining() == total and lazy.state_dict() != states[-1]
