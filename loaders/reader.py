@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from loaders.cache import ChunkCache
+from loaders.decode import TokenChunks
 from loaders.row_groups import RowGroupIndex
 from storage import (
     ChecksumMismatchError,
@@ -323,8 +324,7 @@ class TokenReader(ProcessLocal):
                     f"[{located[0]:,}, {located[1]:,}), the index verifies [{start:,}, {end:,}) "
                     "(a crafted or damaged index or footer: run `storage verify`)")
             try:
-                table = files[start].read_row_group(number, columns=["input_ids"],
-                                                    use_threads=False)
+                table = files[start].read(number)
             except (pa.ArrowException, OSError) as exc:  # the footer points past its pieces
                 raise IndexFormatError(
                     f"{path}: row group {gi} does not decode from the bytes the index "
@@ -344,15 +344,14 @@ class TokenReader(ProcessLocal):
 
     def _footer_files(self, shard: int, size: int, pieces: list[tuple[int, int, str, Any]],
                       fetched: dict[int, Any], placed: dict[int, tuple[Any, int]],
-                      meta: pq.FileMetaData) -> dict[int, pq.ParquetFile]:
+                      meta: pq.FileMetaData) -> dict[int, TokenChunks]:
         """Per piece, a Parquet reader under the shard's own footer: a mapped shard's (kept
         per thread), or one shard-sized sparse copy holding the fetched pieces (one reader for
         the call: a Python file object serving each row group cost ~0.3 ms of CPU more per
         row group, pyarrow calls back into Python for every read)."""
         held = [(start, fetched[start]) for start, *_ in pieces if start not in placed]
-        sparse = (pq.ParquetFile(pa.BufferReader(pa.py_buffer(_sparse_shard(size, held))),
-                                 metadata=meta) if held else None)
-        files: dict[int, pq.ParquetFile] = {}
+        sparse = TokenChunks(_sparse_shard(size, held), meta) if held else None
+        files: dict[int, TokenChunks] = {}
         for start, *_ in pieces:
             if start in placed:
                 files[start] = self._mapped_file(shard, placed[start][0], meta)
@@ -363,7 +362,7 @@ class TokenReader(ProcessLocal):
 
     def _index_files(self, path: str, pieces: list[tuple[int, int, str, Any]],
                      placed: dict[int, tuple[Any, int]], codec: int
-                     ) -> tuple[pq.FileMetaData, dict[int, pq.ParquetFile]]:
+                     ) -> tuple[pq.FileMetaData, dict[int, TokenChunks]]:
         """A footer for just these pieces (row group ``i`` is ``pieces[i]``, at its offset in
         the buffer it is decoded from: the shard's mapping, or the fetched request's buffer,
         without a copy), made from the index and the pieces' own page headers; and per piece
@@ -381,21 +380,20 @@ class TokenReader(ProcessLocal):
                     "`storage verify`)") from None
             chunks.append((offset, end - start, values, raw))
         meta = chunk_footer.metadata(chunks, codec)
-        readers: dict[int, pq.ParquetFile] = {}
+        readers: dict[int, TokenChunks] = {}
         files = {}
         for start, *_ in pieces:
             buffer = placed[start][0]
             reader = readers.get(id(buffer))
             if reader is None:
-                reader = readers[id(buffer)] = pq.ParquetFile(
-                    pa.BufferReader(pa.py_buffer(buffer)), metadata=meta)
+                reader = readers[id(buffer)] = TokenChunks(buffer, meta)
             files[start] = reader
         return meta, files
 
-    def _mapped_file(self, shard: int, whole: Any, meta: pq.FileMetaData) -> pq.ParquetFile:
+    def _mapped_file(self, shard: int, whole: Any, meta: pq.FileMetaData) -> TokenChunks:
         """This thread's Parquet reader over a mapped shard, made once per shard and thread.
 
-        A ``ParquetFile`` made per row group cost ~80 us of each one's ~680 us decode (0.3
+        A Parquet reader made per row group cost ~80 us of each one's ~680 us decode (0.3
         CPU-s per billion tokens). One per thread, not shared: a Parquet reader's pre-buffering
         state is not safe to use from two threads at once. At most ``MappedShards.limit`` per
         thread (each keeps its mapping alive); they go with the thread."""
@@ -406,7 +404,7 @@ class TokenReader(ProcessLocal):
         if held is not None and held[0] is whole:
             files.move_to_end(shard)
             return held[1]
-        parquet = pq.ParquetFile(pa.BufferReader(pa.py_buffer(whole)), metadata=meta)
+        parquet = TokenChunks(whole, meta)
         files[shard] = (whole, parquet)
         while len(files) > max(1, self._mapped.limit):
             files.popitem(last=False)
