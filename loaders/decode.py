@@ -30,6 +30,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+try:  # the reader behind pq.ParquetFile; it takes a memory pool
+    from pyarrow._parquet import ParquetReader
+except ImportError:  # pragma: no cover  (a pyarrow that moved it: the public reader)
+    ParquetReader = None
+
 #: the one column a loader decodes
 TOKENS = "input_ids"
 
@@ -52,11 +57,9 @@ class TokenChunks:
     def __init__(self, buffer: Any, metadata: pq.FileMetaData) -> None:
         source = pa.BufferReader(pa.py_buffer(buffer))
         try:
-            from pyarrow._parquet import ParquetReader
-
-            reader = ParquetReader(memory_pool=decode_pool())
+            reader = ParquetReader(memory_pool=decode_pool())  # type: ignore[misc]
             reader.open(source, metadata=metadata)
-        except (ImportError, TypeError):  # an API that moved: pyarrow's public reader
+        except TypeError:  # an API that moved (or None above): pyarrow's public reader
             reader = pq.ParquetFile(source, metadata=metadata).reader
         self._reader = reader
         self._column = reader.column_name_idx(TOKENS)

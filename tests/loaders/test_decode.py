@@ -58,3 +58,14 @@ def test_a_loader_leaves_the_process_s_default_pool_as_it_was(tiny_dataset: str)
     backend = pa.default_memory_pool().backend_name
     batches = list(build_dataloader(tiny_dataset, 2, 64, seed=1))
     assert batches and pa.default_memory_pool().backend_name == backend
+
+
+def test_without_a_reader_that_takes_a_pool_it_decodes_through_pyarrow_s_public_one(
+        monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import loaders.decode
+
+    data, meta = _shard()
+    want = [TokenChunks(data, meta).read(n) for n in range(meta.num_row_groups)]
+    monkeypatch.setattr(loaders.decode, "ParquetReader", None)  # a pyarrow that moved it
+    got = [TokenChunks(data, meta).read(n) for n in range(meta.num_row_groups)]
+    assert all(a.equals(b) for a, b in zip(got, want, strict=True))
