@@ -168,21 +168,27 @@ class PlanParams:
         return replace(self, run_blocks=auto_run_blocks(n_blocks, lanes))
 
 
+def run_length(params: PlanParams, n_blocks: int) -> int:
+    """Blocks per run of the epoch's shuffled order (``params`` resolved): ``run_blocks``,
+    except that a run of more blocks than there are is one run of them all (the same order as
+    a run of exactly ``n_blocks``, without a padded domain to scan: a huge ``run_blocks`` on
+    purpose or by mistake would otherwise cost O(run_blocks) per plan); 1 without shuffling,
+    where there is no permutation to make runs of."""
+    if params.run_blocks is None:
+        raise ValueError("run_blocks is None (auto): resolve the parameters against the "
+                         "row groups and lanes first (PlanParams.resolved)")
+    return min(params.run_blocks, max(1, n_blocks)) if params.shuffle else 1
+
+
 def block_permutation(n_blocks: int, params: PlanParams,
                       epoch: int) -> Feistel | RunPermutation | None:
     """The epoch's permutation of blocks (``None``: the identity, when not shuffling). With
     ``run_blocks > 1`` its domain is padded to whole runs (``perm.n >= n_blocks``; images
     ``>= n_blocks`` are empty slots), never beyond one run of all the blocks."""
-    if params.run_blocks is None:
-        raise ValueError("run_blocks is None (auto): resolve the parameters against the "
-                         "row groups and lanes first (PlanParams.resolved)")
+    run = run_length(params, n_blocks)  # checks run_blocks is resolved
     if not params.shuffle:
         return None
     key = (_BLOCK_DOMAIN, params.seed, epoch)
-    # A run of more blocks than there are is one run of them all: the same order (the
-    # identity) as a run of exactly ``n_blocks``, without a padded domain to scan (a huge
-    # ``run_blocks`` on purpose or by mistake would otherwise cost O(run_blocks) per plan).
-    run = min(params.run_blocks, max(1, n_blocks))
     if run > 1:
         return RunPermutation(n_blocks, run, key)
     return Feistel(n_blocks, key)

@@ -270,7 +270,8 @@ class DatasetSource(ProcessLocal):
         if all(r.loc.is_local for r in self.store.replicas) or not len(self.index):
             return None
         read = self.settings.read
-        run = self.settings.plan.resolved(len(self.index), lanes).run_blocks or 1
+        run = plan.run_length(self.settings.plan.resolved(len(self.index), lanes),
+                              len(self.index))
         need = run_per_lane_bytes(lanes_per_reader, run, read.lookahead_groups,
                                   decoded_group_bytes(self.index))
         if run <= 1 or read.readahead_bytes >= need:

@@ -220,11 +220,12 @@ def test_a_budget_short_of_a_run_per_lane_is_named_with_the_one_that_is_not(
     lanes, run, lookahead = 4, 16, 2
     need = run_per_lane_bytes(lanes, run, lookahead, 4096 * 2)
 
-    def warnings(where: str, budget: int, **kw) -> list[str]:  # type: ignore[no-untyped-def]
+    def warnings(where: str, budget: int, run_blocks: int = run,
+                 **kw) -> list[str]:  # type: ignore[no-untyped-def]
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="loaders"):
-            build_dataloader(where, lanes, SEQ, run_blocks=run, lookahead_groups=lookahead,
-                             readahead_bytes=budget, **kw)
+            build_dataloader(where, lanes, SEQ, run_blocks=run_blocks,
+                             lookahead_groups=lookahead, readahead_bytes=budget, **kw)
         return [r.getMessage() for r in caplog.records if r.name.startswith("loaders")]
 
     short = warnings(url, need - 1, storage_options=s3_bucket.storage_options)
@@ -236,6 +237,13 @@ def test_a_budget_short_of_a_run_per_lane_is_named_with_the_one_that_is_not(
         if isinstance(secret, str) and len(secret) > 8:
             assert secret not in short[0]
     assert warnings(url, need, storage_options=s3_bucket.storage_options) == []
+    # run_blocks beyond the dataset is one run of its 256 row groups (plan.run_length): the
+    # advice asks for that; without shuffling there are no runs to advise on
+    whole = run_per_lane_bytes(lanes, 256, lookahead, 4096 * 2)
+    huge = warnings(url, whole - 1, run_blocks=10**9, storage_options=s3_bucket.storage_options)
+    assert len(huge) == 1 and "a run of 256 row groups" in huge[0], huge
+    assert warnings(url, whole, run_blocks=10**9, storage_options=s3_bucket.storage_options) == []
+    assert warnings(url, 1, shuffle=False, storage_options=s3_bucket.storage_options) == []
     assert warnings(str(tmp_path / "budget"), need - 1) == []
     two_each = run_per_lane_bytes(lanes // 2, run, lookahead, 4096 * 2)
     assert warnings(url, two_each, storage_options=s3_bucket.storage_options,
