@@ -26,6 +26,14 @@ is unpickled:
 * ``BUILD`` on anything but an instance of one of the ``buildable`` classes (DCP's metadata
   dataclasses), and any change to a container or instance after it was put into another
   object (which would make the sizes recorded above stale) — so also reference cycles;
+* a dict key or set member that is not a string (``str``/``bytes``) or an instance of one of
+  the ``key_classes``: ints, floats and tuples (``torch.Size`` too) hash without the process's
+  secret (``hash(n) == n`` for small ints; a tuple's hash is a fixed function of its items'), so
+  a file can hold 100,000 distinct keys with one hash, and inserting them into one dict costs
+  ~N**2/2 comparisons (hash flooding: a 4 MB ``.metadata`` would hang every rank for minutes, a
+  40 MB one for hours). Strings hash with the process's secret key; the ``key_classes``
+  must be made hash-safe by the caller (:mod:`trainer.safe_metadata` does for DCP's
+  ``MetadataIndex``);
 * ``APPEND``/``SETITEM``/``ADDITEMS`` on anything but a list / dict (or ``OrderedDict``) / set,
   ``REDUCE``/``NEWOBJ`` on anything but a global, persistent ids, the extension registry and
   out-of-band buffers, and memo indices out of sequence (CPython zero-fills a memo table of
@@ -108,7 +116,9 @@ class _Walk:
     """The simulated unpickler: a stack, a mark stack (as CPython keeps them), a memo, and
     the counters. One method per opcode, found through :attr:`dispatch`."""
 
-    def __init__(self, size: int, buildable: frozenset[tuple[str, str]], source: str) -> None:
+    def __init__(self, size: int, buildable: frozenset[tuple[str, str]], source: str,
+                 key_classes: frozenset[tuple[str, str]] = frozenset()) -> None:
+        self.key_classes = key_classes
         self.stack: list[_Node] = []
         self.marks: list[int] = []
         self.memo: dict[int, _Node] = {}
@@ -226,6 +236,19 @@ class _Walk:
             return target
         raise self.fail(f"{self.name} adds items to a {target.kind}, not a {kind}")
 
+    def keys(self, keys: Iterable[_Node]) -> None:
+        """Refuse dict keys and set members whose hash a file can choose (see the module doc)."""
+        for key in keys:
+            if key.kind == "str" or (key.kind == "instance" and key.cls in self.key_classes):
+                continue
+            what = ".".join(key.cls) if key.kind == "instance" and key.cls else key.kind
+            if what == "leaf":
+                what = "number or constant"
+            raise self.fail(
+                f"a {what} as a dict key or set member ({self.name}): its hash takes no secret, "
+                "so a file can give thousands of keys one hash and make building the dict "
+                "take time quadratic in their number (hash flooding)")
+
     def instance(self, func: _Node, args: list[_Node]) -> None:
         if func.kind != "global":
             raise self.fail(f"{self.name} calls a {func.kind}, not a named class or function")
@@ -271,10 +294,13 @@ class _Walk:
         items = self.pop_mark()
         if len(items) % 2:
             raise self.fail("DICT with an odd number of items")
+        self.keys(items[0::2])
         self.make("dict", items)
 
     def op_frozenset(self, arg: object) -> None:
-        self.make("frozenset", self.pop_mark())
+        items = self.pop_mark()
+        self.keys(items)
+        self.make("frozenset", items)
 
     def op_append(self, arg: object) -> None:
         item = self.pop()
@@ -287,16 +313,19 @@ class _Walk:
     def op_setitem(self, arg: object) -> None:
         value = self.pop()
         key = self.pop()
+        self.keys((key,))
         self.grow(self.container("dict"), [key, value], 1)
 
     def op_setitems(self, arg: object) -> None:
         items = self.pop_mark()
         if len(items) % 2:
             raise self.fail("SETITEMS with an odd number of items")
+        self.keys(items[0::2])
         self.grow(self.container("dict"), items, len(items) // 2)
 
     def op_additems(self, arg: object) -> None:
         items = self.pop_mark()
+        self.keys(items)
         self.grow(self.container("set"), items, len(items))
 
     def op_global(self, arg: object) -> None:
@@ -367,11 +396,14 @@ class _Walk:
 
 
 def check_pickle(data: bytes, buildable: frozenset[tuple[str, str]], source: str = "pickle",
-                 *, on_global: Callable[[str, str], None] | None = None) -> None:
+                 *, on_global: Callable[[str, str], None] | None = None,
+                 key_classes: frozenset[tuple[str, str]] = frozenset()) -> None:
     """Raise :class:`PickleBombError` unless unpickling ``data`` is bounded (see the module
     doc). ``buildable``: the ``(module, name)`` of the classes whose instances ``BUILD`` may
-    set the state of. ``on_global`` sees every global named (to refuse early)."""
-    walk = _Walk(len(data), buildable, source)
+    set the state of. ``on_global`` sees every global named (to refuse early).
+    ``key_classes``: the classes whose instances may be dict keys or set members besides
+    strings; the caller unpickles them with a hash a file cannot choose."""
+    walk = _Walk(len(data), buildable, source, key_classes)
     ops = pickletools.genops(io.BytesIO(data))
     while True:
         try:

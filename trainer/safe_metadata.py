@@ -19,17 +19,31 @@ memo indices out of sequence (CPython zero-fills a memo table of twice the large
 fuzz test once got OOM-killed on 14 bytes), and ``BUILD`` on anything but a fresh instance of
 DCP's metadata dataclasses (:data:`BUILDABLE`): ``BUILD`` on an admitted class or function
 would change process-wide state (``PosixPath.__truediv__``) even when the load is refused.
+
+Hash flooding is bounded too. A dict key's hash decides how long inserting it takes, and
+the keys DCP writes besides strings, ``MetadataIndex(fqn, offset)`` of ``storage_data``, hash
+as the tuple ``(fqn, offset)``, which a file can make collide for any number of distinct
+offsets (tuple hashes are a fixed function of their items', ints' are the ints): 4,000 such
+entries (276 KB) took 3.2 s to load, and the time grows with their square (a 40 MB file: hours,
+on every rank). So the walk admits only strings and ``MetadataIndex`` as keys, the unpickler
+makes each ``MetadataIndex`` as :class:`_UnpickledIndex`, whose hash is keyed with this
+process's secret, and :func:`_real_keys` then counts the real hashes (linear) and refuses more
+than :data:`MAX_SHARED_HASH` entries sharing one before ``storage_data`` is rebuilt with
+DCP's own class (which DCP's lookups need).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import pickle
 import re
+import secrets
+from collections import Counter
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint.metadata import Metadata
+from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex
 
 from trainer.pickle_guard import PickleBombError, check_pickle
 
@@ -57,6 +71,13 @@ BUILDABLE: frozenset[tuple[str, str]] = frozenset({
     ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
 })
 
+#: The classes whose instances may be dict keys (besides strings): unpickled with a secret hash.
+KEY_CLASSES: frozenset[tuple[str, str]] = frozenset({(_DCP, "MetadataIndex")})
+
+#: Most ``storage_data`` entries admitted with one (real) hash. Distinct DCP keys share a
+#: 64-bit hash by accident about never; a file made to flood has thousands.
+MAX_SHARED_HASH = 16
+
 #: Largest ``.metadata`` read (and so the most a hostile one can make every rank allocate:
 #: :mod:`trainer.pickle_guard` admits ~48 bytes of objects per byte). DCP writes ~140 bytes per
 #: tensor chunk (measured: a 1B-parameter GPT with AdamW, FSDP over 64 ranks, 27,840 chunks:
@@ -78,8 +99,27 @@ def _admit(module: str, name: str, source: str) -> None:
             "refusing to load it")
 
 
+_HASH_KEY = secrets.token_bytes(16)
+
+
+class _UnpickledIndex(MetadataIndex):
+    """A ``MetadataIndex`` as read from a file, hashed with this process's secret key: equal
+    to DCP's for the same ``(fqn, offset)``, but a file cannot choose its hash. Replaced by
+    DCP's own class once the entries' real hashes are checked (:func:`_real_keys`)."""
+
+    def __hash__(self) -> int:
+        offset = None if self.offset is None else tuple(self.offset)
+        digest = hashlib.blake2b(repr((self.fqn, offset)).encode(), digest_size=8,
+                                 key=_HASH_KEY).digest()
+        return int.from_bytes(digest, "little", signed=True)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled again: as DCP's own class
+        return (MetadataIndex, (self.fqn, self.offset, self.index))
+
+
 class MetadataUnpickler(pickle.Unpickler):
-    """``pickle.Unpickler`` whose ``find_class`` admits :data:`ALLOWED_GLOBALS` only."""
+    """``pickle.Unpickler`` whose ``find_class`` admits :data:`ALLOWED_GLOBALS` only, and
+    makes ``MetadataIndex`` keys with a secret hash (:class:`_UnpickledIndex`)."""
 
     def __init__(self, file: Any, source: str = ".metadata") -> None:
         super().__init__(file)
@@ -87,6 +127,8 @@ class MetadataUnpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str) -> Any:
         _admit(module, name, self.source)
+        if (module, name) == (_DCP, "MetadataIndex"):
+            return _UnpickledIndex
         return super().find_class(module, name)
 
     def persistent_load(self, pid: Any) -> Any:
@@ -104,6 +146,25 @@ def _check_storage(metadata: Metadata, source: str) -> None:
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
                    for v in (offset, length)):
             raise UnsafeCheckpointError(f"{source}: storage entry with a bad byte range")
+
+
+def _real_keys(storage: dict[Any, Any], source: str) -> dict[MetadataIndex, Any]:
+    """``storage_data`` keyed by DCP's own ``MetadataIndex`` (whose hash is ``(fqn, offset)``'s),
+    refused when more than :data:`MAX_SHARED_HASH` entries share one such hash: counting the
+    hashes is linear, inserting keys that share one is quadratic."""
+    shared = Counter()
+    for index in storage:
+        if not isinstance(index, MetadataIndex):
+            raise UnsafeCheckpointError(f"{source}: a storage entry keyed by a "
+                                        f"{type(index).__name__}, not a MetadataIndex")
+        shared[MetadataIndex.__hash__(index)] += 1
+    worst = max(shared.values(), default=0)
+    if worst > MAX_SHARED_HASH:
+        raise UnsafeCheckpointError(
+            f"{source}: {worst:,} storage entries share one hash (keys made to collide: "
+            "building DCP's index of them would take time quadratic in their number); "
+            "refusing to load it")
+    return {MetadataIndex(i.fqn, i.offset, i.index): info for i, info in storage.items()}
 
 
 def read_capped(f: Any, source: str, limit: int = MAX_METADATA_BYTES) -> bytes:
@@ -129,7 +190,8 @@ def load_metadata(data: bytes, source: str = ".metadata") -> Metadata:
             f"{source}: {len(data):,} bytes, more than DCP metadata may take "
             f"(MAX_METADATA_BYTES = {MAX_METADATA_BYTES:,}); refusing to load it")
     try:
-        check_pickle(data, BUILDABLE, source, on_global=lambda m, n: _admit(m, n, source))
+        check_pickle(data, BUILDABLE, source, on_global=lambda m, n: _admit(m, n, source),
+                     key_classes=KEY_CLASSES)
     except PickleBombError as exc:
         raise UnsafeCheckpointError(str(exc)) from None
     try:
@@ -142,5 +204,10 @@ def load_metadata(data: bytes, source: str = ".metadata") -> Metadata:
     if type(metadata) is not Metadata:
         raise UnsafeCheckpointError(f"{source}: holds a {type(metadata).__name__}, "
                                     "not DCP checkpoint metadata")
+    if metadata.storage_data is not None:
+        if not isinstance(metadata.storage_data, dict):
+            raise UnsafeCheckpointError(f"{source}: storage_data is a "
+                                        f"{type(metadata.storage_data).__name__}, not a dict")
+        metadata.storage_data = _real_keys(metadata.storage_data, source)
     _check_storage(metadata, source)
     return metadata

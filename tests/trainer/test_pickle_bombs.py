@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pickle
 import pickletools
+import re
 import subprocess
 import sys
 import tempfile
@@ -80,13 +81,16 @@ def _global(module: str, name: str) -> bytes:
 P4 = pickle.PROTO + b"\x04"
 
 
-def tuple_dag(levels: int) -> bytes:
+def tuple_dag(levels: int, as_key: bool = True) -> bytes:
     """``{t[levels]: None}`` with ``t[0] = 1`` and ``t[i+1] = (t[i], t[i])``: each level is
-    two memo fetches of the one before, so hashing the key visits ``2**levels`` leaves."""
+    two memo fetches of the one before, so hashing the key visits ``2**levels`` leaves.
+    ``as_key=False``: ``{"k": t[levels]}`` (the same shape, never hashed)."""
     body = pickle.BININT1 + b"\x01" + pickle.MEMOIZE + pickle.POP
     for i in range(levels):
         body += (pickle.BINGET + bytes([i])) * 2 + pickle.TUPLE2 + pickle.MEMOIZE + pickle.POP
-    body += pickle.EMPTY_DICT + pickle.BINGET + bytes([levels]) + pickle.NONE + pickle.SETITEM
+    item = (pickle.BINGET + bytes([levels]) + pickle.NONE if as_key
+            else _str("k") + pickle.BINGET + bytes([levels]))
+    body += pickle.EMPTY_DICT + item + pickle.SETITEM
     return P4 + body + pickle.STOP
 
 
@@ -95,9 +99,12 @@ def test_a_tuple_dag_as_a_dict_key_is_refused_before_hashing(tmp_path: Path) -> 
     assert len(bomb) < 1000
     out = load_in_child(bomb, tmp_path, timeout=60)  # today's unpickler: 2**64 hash steps
     assert "REFUSED ckpt/.metadata: objects are reused so often" in out, out
-    # The same shape, small enough to hash, is not refused for its shape: only for its type.
-    with pytest.raises(UnsafeCheckpointError, match="not DCP checkpoint metadata"):
+    # The same shape, small enough to hash, is not refused for its shape: as a key, for the
+    # key's type (a tuple's hash takes no secret); as a value, for the pickle's type.
+    with pytest.raises(UnsafeCheckpointError, match="a tuple as a dict key"):
         load_metadata(tuple_dag(8))
+    with pytest.raises(UnsafeCheckpointError, match="not DCP checkpoint metadata"):
+        load_metadata(tuple_dag(8, as_key=False))
 
 
 def test_a_million_deep_tuple_is_refused_before_the_c_stack_overflows(tmp_path: Path) -> None:
@@ -170,6 +177,139 @@ def test_a_20_mb_memory_bomb_is_refused_with_little_memory(opcode: bytes,
     assert "REFUSED ckpt/.metadata: unpickling would take more than" in out, out
     rss_mb = int(out.split("RSS_KB")[1]) / 1024
     assert rss_mb < 1500, f"peak RSS {rss_mb:.0f} MB"
+
+
+# -- hash flooding -----------------------------------------------------------------------------
+
+_MASK = (1 << 64) - 1
+#: CPython's tuple hash (Objects/tupleobject.c since 3.8, xxHash's round): per item
+#: ``acc = rotl(acc + hash(item) * P2, 31) * P1`` from ``acc = P5``; every step is invertible
+_P1, _P2, _P5 = 11400714785074694791, 14029467366897019727, 2870177450012600261
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (64 - r))) & _MASK
+
+
+def colliding_offsets(n: int, target: int = 12345) -> list[tuple[int, int]]:
+    """``n`` distinct 2-d offsets whose tuple (and ``torch.Size``) hashes are all equal: for
+    each first item the second one's hash is solved for (an int's hash is the int), kept where
+    it pickles in 8 bytes (``2**55 <= b < 2**61 - 1``)."""
+    inv1, inv2 = pow(_P1, -1, 1 << 64), pow(_P2, -1, 1 << 64)
+    goal = _rotl(target * inv1 & _MASK, 64 - 31)  # what acc + hash(b) * P2 must be
+    out: list[tuple[int, int]] = []
+    a = 1 << 60
+    while len(out) < n:
+        a += 1
+        acc = _rotl((_P5 + a * _P2) & _MASK, 31) * _P1 & _MASK
+        b = (goal - acc) * inv2 & _MASK
+        if 1 << 55 <= b < (1 << 61) - 1:
+            out.append((a, b))
+    return out
+
+
+def flooding_metadata(offsets: list[tuple[int, int]]) -> bytes:
+    """A DCP ``Metadata`` with one ``storage_data`` entry per offset, pickled without building a
+    dict of the colliding keys (quadratic here too): pickled with placeholder second items,
+    then each placeholder's 8 bytes (``LONG1``) swapped for the colliding one's."""
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import (
+        BytesStorageMetadata,
+        Metadata,
+        MetadataIndex,
+    )
+
+    storage = {MetadataIndex("w", torch.Size([a, (1 << 56) + i])):
+               _StorageInfo("__0_0.distcp", 0, 1) for i, (a, _b) in enumerate(offsets)}
+    data = pickle.dumps(Metadata(state_dict_metadata={"w": BytesStorageMetadata()},
+                                 storage_data=storage), protocol=4)
+    swap = {((1 << 56) + i).to_bytes(8, "little"): b.to_bytes(8, "little")
+            for i, (_a, b) in enumerate(offsets)}
+    swapped = re.sub(rb"\x8a\x08(.{8})",
+                     lambda m: b"\x8a\x08" + swap.get(m.group(1), m.group(1)), data,
+                     flags=re.DOTALL)
+    assert all(b.to_bytes(8, "little") in swapped for _a, b in offsets)
+    return swapped
+
+
+def _counting_eq(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count ``MetadataIndex.__eq__`` calls: what a dict does per key that shares a hash."""
+    from torch.distributed.checkpoint.metadata import MetadataIndex
+
+    calls = [0]
+    eq = MetadataIndex.__eq__
+
+    def counting(self: object, other: object) -> bool:
+        calls[0] += 1
+        return eq(self, other)
+
+    monkeypatch.setattr(MetadataIndex, "__eq__", counting)
+    return calls
+
+
+def test_colliding_storage_keys_really_cost_quadratic_comparisons(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The payload below is live: its keys share one hash, and a dict of them compares each
+    new key with every earlier one."""
+    from torch.distributed.checkpoint.metadata import MetadataIndex
+
+    offsets = colliding_offsets(400)
+    assert len(set(offsets)) == 400
+    assert len({hash(torch.Size(o)) for o in offsets}) == 1
+    assert len({hash(MetadataIndex("w", o)) for o in offsets}) == 1
+    calls = _counting_eq(monkeypatch)
+    assert len({MetadataIndex("w", o): 0 for o in offsets}) == 400
+    assert calls[0] >= 400 * 399 // 2
+
+
+def test_storage_keys_made_to_share_a_hash_are_refused_in_linear_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """3,000 colliding entries (~210 KB): 4.5 M comparisons (~2 s) if loaded plainly, hours
+    at 40 MB; refused here after ~0 comparisons (the keys are made with a secret hash, their
+    real hashes counted)."""
+    n = 3000
+    data = flooding_metadata(colliding_offsets(n))
+    calls = _counting_eq(monkeypatch)
+    with pytest.raises(UnsafeCheckpointError, match=f"{n:,} storage entries share one hash"):
+        load_metadata(data, "ckpt/.metadata")
+    assert calls[0] < 10 * n, calls[0]
+
+
+def test_a_few_colliding_keys_still_load_with_dcp_keys() -> None:
+    """Below the limit the entries load, keyed by DCP's own class (its lookups hash them)."""
+    from torch.distributed.checkpoint.metadata import MetadataIndex
+
+    offsets = colliding_offsets(4)
+    md = load_metadata(flooding_metadata(offsets))
+    assert {type(k) for k in md.storage_data} == {MetadataIndex}
+    for a, b in offsets:
+        assert md.storage_data[MetadataIndex("w", torch.Size([a, b]))].relative_path
+
+
+def _planner_data(value: object) -> bytes:
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata
+
+    return pickle.dumps(Metadata(state_dict_metadata={"w": BytesStorageMetadata()},
+                                 planner_data=value), protocol=4)
+
+
+@pytest.mark.parametrize(("what", "value"), [
+    ("number", {7: "x"}), ("number", {2**61 - 1: "x", 2 * (2**61 - 1): "y"}),
+    ("number", {1.5: "x"}), ("number", {None: "x"}), ("tuple", {(1, 2): "x"}),
+    ("torch.Size", {torch.Size([1, 2]): "x"}), ("number", {"k": {1, 2}}),
+    ("number", {"k": frozenset({1, 2})}),
+])
+def test_keys_whose_hash_takes_no_secret_are_refused_by_the_walk(what: str,
+                                                                  value: object) -> None:
+    with pytest.raises(UnsafeCheckpointError,
+                       match=f"a {re.escape(what)}( or constant)? as a dict key or set "
+                             r"member \(.*hash flooding"):
+        load_metadata(_planner_data(value))
+
+
+def test_string_keys_are_admitted() -> None:
+    md = load_metadata(_planner_data({"model.w": ("model", "w"), b"raw": 1}))
+    assert md.planner_data == {"model.w": ("model", "w"), b"raw": 1}
 
 
 def test_metadata_above_the_cap_is_refused_unread(tmp_path: Path) -> None:

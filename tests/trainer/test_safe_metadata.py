@@ -66,6 +66,11 @@ def real_metadata() -> bytes:
 def test_dcp_metadata_of_our_own_saves_loads(real_metadata: bytes) -> None:
     md = load_metadata(real_metadata)
     assert isinstance(md, Metadata) and md.state_dict_metadata
+    # keyed by DCP's own class again (made with a secret hash while unpickled), and equal to
+    # what plain unpickling gives
+    from torch.distributed.checkpoint.metadata import MetadataIndex
+    assert md.storage_data and {type(k) for k in md.storage_data} == {MetadataIndex}
+    assert md.storage_data == pickle.loads(real_metadata).storage_data
 
 
 @pytest.mark.parametrize(("module", "name"), [
