@@ -27,8 +27,8 @@ a rename is a copy.
 Loading never unpickles arbitrary objects: DCP's ``.metadata`` (a pickle) is read with an
 unpickler that admits an exact list of DCP's own metadata classes and a few torch value types
 (:mod:`trainer.safe_metadata`), non-tensor
-values in the DCP payload go through ``torch.load(weights_only=True)``, and everything else is
-JSON.
+values in the DCP payload go through ``torch.load(weights_only=True)`` after the same opcode
+walk (:mod:`trainer.safe_torch_load`), and everything else is JSON.
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ from trainer.checkpoint_files import (
 from trainer.delta import DeltaError, Entry, next_base, to_remove
 from trainer.delta_dcp import MOMENT_CODECS, delta_reader, delta_writer
 from trainer.safe_metadata import UnsafeCheckpointError, load_metadata, read_capped
+from trainer.safe_torch_load import load_torch_bytes
 
 FORMAT_VERSION = 1
 COMPLETE = "COMPLETE"
@@ -106,12 +107,13 @@ class SafeFileSystemReader(_SafeMetadataMixin, dcp.FileSystemReader):
 
 
 class SafeLoadPlanner(DefaultLoadPlanner):
-    """Non-tensor values (optimizer hyper-parameters) through ``weights_only=True``."""
+    """Non-tensor values (optimizer hyper-parameters) through ``weights_only=True``, after
+    the opcode walk (:mod:`trainer.safe_torch_load`)."""
 
     def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
         from torch.distributed.checkpoint._traverse import set_element
 
-        obj = torch.load(value, weights_only=True)
+        obj = load_torch_bytes(value.getvalue(), f"checkpoint value {read_item.dest_index.fqn!r}")
         if self.flatten_state_dict:
             set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], obj)
         else:
@@ -486,7 +488,7 @@ def load_checkpoint(url: str, model: nn.Module, optimizer: torch.optim.Optimizer
         raise CheckpointError(str(exc)) from None
     except CheckpointException as exc:  # DCP wraps each rank's error: name the file
         faults = [pair[0] for pair in exc.failures.values()
-                  if isinstance(pair[0], DeltaError)]
+                  if isinstance(pair[0], DeltaError | UnsafeCheckpointError)]
         if faults:
             raise CheckpointError(str(faults[0])) from None
         raise

@@ -10,7 +10,7 @@ into the chunk a full save would have held, bit for bit:
 
 * writing: each rank encodes the chunks DCP's save plan gave it, each against the chunk of
   the same fully-qualified name, offset, shape and dtype in the base (read from the base's
-  files, which are plain DCP: ``torch.load(weights_only=True)`` of the chunk); a chunk the
+  files, which are plain DCP: ``trainer.safe_torch_load`` of the chunk); a chunk the
   base lacks is stored whole (``raw``);
 * reading: a record of kind ``same``/``sub``/``xor``/``bf16`` reads the same chunk from the
   base, a ``same-value`` record the same non-tensor value.
@@ -20,7 +20,7 @@ into the chunk a full save would have held, bit for bit:
 stay exact, and the base (a full checkpoint) is always exact.
 
 The base's files are untrusted input like the delta's: its ``.metadata`` goes through
-:func:`trainer.safe_metadata.load_metadata`, its chunks through ``weights_only=True`` and
+:func:`trainer.safe_metadata.load_metadata`, its chunks through :mod:`trainer.safe_torch_load` and
 must have the dtype and shape its metadata gives; a record must agree with the delta's
 metadata (length, element size) and decompresses to no more than that.
 """
@@ -55,6 +55,7 @@ from trainer.delta import (
     parse,
 )
 from trainer.safe_metadata import load_metadata, read_capped
+from trainer.safe_torch_load import load_torch_bytes
 
 SUFFIX = ".sfdelta"
 #: Largest non-tensor value (optimizer hyper-parameters) a record may hold.
@@ -126,7 +127,7 @@ class BaseCheckpoint:
             raise DeltaError(f"{source}: truncated (chunk {index.fqn!r} wants {info.length} "
                              f"bytes at {info.offset})")
         try:
-            t = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
+            t = load_torch_bytes(blob, source, map_location="cpu")
         except Exception as exc:  # noqa: BLE001 - any unreadable blob is one clear error
             raise DeltaError(f"{source}: chunk {index.fqn!r} unreadable "
                              f"({type(exc).__name__}: {exc})"[:300]) from None

@@ -35,8 +35,9 @@ is unpickled:
   must be made hash-safe by the caller (:mod:`trainer.safe_metadata` does for DCP's
   ``MetadataIndex``);
 * ``APPEND``/``SETITEM``/``ADDITEMS`` on anything but a list / dict (or ``OrderedDict``) / set,
-  ``REDUCE``/``NEWOBJ`` on anything but a global, persistent ids, the extension registry and
-  out-of-band buffers, and memo indices out of sequence (CPython zero-fills a memo table of
+  ``REDUCE``/``NEWOBJ`` on anything but a global, persistent ids (unless the caller's unpickler
+  resolves them: ``torch.load``'s storages), the extension registry and out-of-band buffers,
+  and memo indices out of sequence (CPython zero-fills a memo table of
   twice the largest index named: 14 bytes could ask for 24 GB).
 
 The limits are far above what DCP writes (measured on real files: see the constants) and make
@@ -117,7 +118,8 @@ class _Walk:
     the counters. One method per opcode, found through :attr:`dispatch`."""
 
     def __init__(self, size: int, buildable: frozenset[tuple[str, str]], source: str,
-                 key_classes: frozenset[tuple[str, str]] = frozenset()) -> None:
+                 key_classes: frozenset[tuple[str, str]] = frozenset(),
+                 persistent_ids: bool = False) -> None:
         self.key_classes = key_classes
         self.stack: list[_Node] = []
         self.marks: list[int] = []
@@ -147,6 +149,9 @@ class _Walk:
             "LONG_BINPUT": self.op_put, "GET": self.op_get, "BINGET": self.op_get,
             "LONG_BINGET": self.op_get,
         }
+        if persistent_ids:
+            self.dispatch["PERSID"] = self.op_persid
+            self.dispatch["BINPERSID"] = self.op_binpersid
         self.name = ""
 
     def fail(self, why: str) -> PickleBombError:
@@ -262,6 +267,13 @@ class _Walk:
     def op_never(self, arg: object) -> None:
         raise self.fail(f"opcode {self.name} (persistent ids, extensions and out-of-band "
                         "buffers are not allowed)")
+
+    def op_persid(self, arg: object) -> None:
+        self.op_leaf(arg)  # an object the caller's unpickler resolves (a tensor's storage)
+
+    def op_binpersid(self, arg: object) -> None:
+        self.capture([self.pop()], None)  # the id: counted, then replaced by what it names
+        self.op_leaf(arg)
 
     def op_leaf(self, arg: object) -> None:
         self.stack.append(_LEAF)  # immutable and childless: one node serves all
@@ -397,13 +409,16 @@ class _Walk:
 
 def check_pickle(data: bytes, buildable: frozenset[tuple[str, str]], source: str = "pickle",
                  *, on_global: Callable[[str, str], None] | None = None,
-                 key_classes: frozenset[tuple[str, str]] = frozenset()) -> None:
+                 key_classes: frozenset[tuple[str, str]] = frozenset(),
+                 persistent_ids: bool = False) -> None:
     """Raise :class:`PickleBombError` unless unpickling ``data`` is bounded (see the module
     doc). ``buildable``: the ``(module, name)`` of the classes whose instances ``BUILD`` may
     set the state of. ``on_global`` sees every global named (to refuse early).
     ``key_classes``: the classes whose instances may be dict keys or set members besides
-    strings; the caller unpickles them with a hash a file cannot choose."""
-    walk = _Walk(len(data), buildable, source, key_classes)
+    strings; the caller unpickles them with a hash a file cannot choose. ``persistent_ids``:
+    admit them (the caller's unpickler resolves each to one object, as ``torch.load`` does a
+    tensor's storage); refused otherwise."""
+    walk = _Walk(len(data), buildable, source, key_classes, persistent_ids)
     ops = pickletools.genops(io.BytesIO(data))
     while True:
         try:
