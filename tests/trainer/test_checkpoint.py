@@ -67,6 +67,36 @@ def test_rng_states_round_trip_through_json() -> None:
     assert np.array_equal(got[1], expected[1]) and got[2] == expected[2]
 
 
+def test_a_resume_walks_its_metadata_once(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """``load_checkpoint`` checks ``.metadata`` itself and DCP reads it again: the opcode walk
+    (minutes at the size cap) runs once for the same bytes; the load is still exact."""
+    import trainer.safe_metadata as safe_metadata
+
+    model, opt = tiny_model()
+    one_step(model, opt, 1)
+    Checkpointer(str(tmp_path / "ck")).save(1, model, opt, {})
+    reads, walks = [0], [0]
+    load, walk = safe_metadata.load_metadata, safe_metadata.check_pickle
+
+    def counting_load(*args: object, **kwargs: object) -> object:
+        reads[0] += 1
+        return load(*args, **kwargs)  # type: ignore[arg-type]
+
+    def counting_walk(*args: object, **kwargs: object) -> None:
+        walks[0] += 1
+        walk(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(safe_metadata, "check_pickle", counting_walk)
+    monkeypatch.setattr("trainer.checkpoint.load_metadata", counting_load)
+    monkeypatch.setattr(safe_metadata, "_PASSED", type(safe_metadata._PASSED)())
+    fresh, fresh_opt = tiny_model()
+    load_checkpoint(str(tmp_path / "ck" / "step-00000001"), fresh, fresh_opt)
+    assert reads[0] >= 2 and walks[0] == 1, (reads, walks)
+    for a, b in zip(model.state_dict().values(), fresh.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+
+
 def test_save_load_keep_and_incomplete(tmp_path: Path) -> None:
     model, opt = tiny_model()
     ckpt = Checkpointer(str(tmp_path / "ck"), keep=2)

@@ -73,6 +73,34 @@ def test_dcp_metadata_of_our_own_saves_loads(real_metadata: bytes) -> None:
     assert md.storage_data == pickle.loads(real_metadata).storage_data
 
 
+def test_the_walk_runs_once_per_passing_bytes(real_metadata: bytes,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same bytes pass once per process; other bytes, and a refused file every time, are
+    walked again."""
+    import trainer.safe_metadata as safe_metadata
+
+    walks = [0]
+    walk = safe_metadata.check_pickle
+
+    def counting(*args: object, **kwargs: object) -> None:
+        walks[0] += 1
+        walk(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(safe_metadata, "check_pickle", counting)
+    monkeypatch.setattr(safe_metadata, "_PASSED", type(safe_metadata._PASSED)())
+    first, again = load_metadata(real_metadata), load_metadata(bytes(real_metadata))
+    assert walks[0] == 1 and first.storage_data == again.storage_data
+    assert first is not again  # unpickled each time: nothing shared between callers
+    other = pickle.dumps(first, protocol=2)
+    load_metadata(other)
+    assert walks[0] == 2
+    bomb = _call("os", "system", "true")
+    for expected in (3, 4):
+        with pytest.raises(UnsafeCheckpointError):
+            load_metadata(bomb)
+        assert walks[0] == expected
+
+
 @pytest.mark.parametrize(("module", "name"), [
     # dotted names, resolved attribute by attribute from an admitted module (protocol >= 4)
     ("torch.distributed.checkpoint.metadata", "os.system"),
