@@ -49,6 +49,7 @@ from pipeline.filetable import FORMAT_CODES, FileTable
 from pipeline.plan import PartitionPlan, auto_partition_bytes, task_groups
 from pipeline.progress import ProgressBar
 from pipeline.records import StrictModeError
+from pipeline.shard_table import ShardTable
 from pipeline.shards import schema_description
 from pipeline.stages import (
     HiddenOptions,
@@ -70,10 +71,10 @@ from storage import (
     shard_name,
     tokenizer_name,
     tokens,
-    write_index,
 )
-from storage.format.index import with_index
+from storage.format.index import indexed
 from storage.io.degraded import describe as describe_degraded
+from storage.io.index_store import write_index_columns
 from storage.io.lease import Lease, hold
 
 
@@ -130,34 +131,40 @@ class RunSummary:
 
 
 def build_manifest(cfg: PipelineConfig, tok: tokenizing.TokenizerSpec,
-                   ones: work.PhaseOneResults, twos: list[work.PhaseTwo]) -> Manifest:
-    """The manifest from the results, in partition order (never completion order)."""
-    twos = sorted(twos, key=lambda r: r.index)
+                   ones: work.PhaseOneResults, twos: work.PhaseTwoResults) -> Manifest:
+    """The manifest from the results (its shards are listed by the index, written from
+    ``twos.shards`` in partition order, never completion order: :func:`with_shard_index`)."""
     dropped: Counter[str] = Counter(ones.dropped)
     changed, quarantined = ones.changed, ones.quarantined
-    for t in twos:
-        dropped.update(t.duplicates)
-    shards = tuple(t.shard for t in twos if t.shard is not None)
+    dropped.update(twos.duplicates)
+    totals = twos.shards.totals()
     stats = {
         "documents_in": ones.docs_in,
-        "documents_out": sum(s.rows for s in shards),
+        "documents_out": totals.rows,
         "dropped": dict(sorted(dropped.items())),
         "changed": dict(sorted(changed.items())),
         "quarantined": dict(sorted(quarantined.items())),
-        "tokens": sum(s.tokens for s in shards),
-        "bytes": sum(s.bytes for s in shards),
+        "tokens": totals.tokens,
+        "bytes": totals.bytes,
         "partitions": ones.n,
     }
     return Manifest(
         tokenizer=TokenizerInfo(name=tok.name, path=tokenizer_name(tok.sha256), sha256=tok.sha256,
                                 vocab_size=tok.vocab_size, eos_id=tok.eos_id,
                                 eos_token=tok.eos_token, bytes=len(tok.json.encode("utf-8"))),
-        shards=shards, schema=schema_description(
+        shards=(), schema=schema_description(
             tokens.token_dtype(tok.vocab_size),
             cfg.web_config is not None and cfg.web_config.metadata),
         config=cfg.for_manifest(), stats=stats,
         quarantine=ones.quarantines(),
     )
+
+
+def with_shard_index(store: ReplicaSet, manifest: Manifest, shards: ShardTable) -> Manifest:
+    """``manifest`` naming the index of ``shards``, put first (content-addressed: a rerun
+    rewrites the same bytes under the same name)."""
+    ref = write_index_columns(store, shards.columns(), shards.digest_algorithm())
+    return indexed(manifest, shards.totals(), ref)
 
 
 def _train_tokenizer(client: Client, cfg: PipelineConfig, plan: PartitionPlan,
@@ -193,7 +200,7 @@ def _phase_two_started(scratch: ReplicaSet) -> bool:
 def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
              tok: tokenizing.TokenizerSpec, plan: PartitionPlan, bar: ProgressBar,
              workers: int, window: TaskWindow
-             ) -> tuple[work.PhaseOneResults, list[work.PhaseTwo], int]:
+             ) -> tuple[work.PhaseOneResults, work.PhaseTwoResults, int]:
     """Phase 1 of every partition, the dedup shuffle, phase 2: each through ``window``, so
     the tasks alive on the scheduler and in the driver are bounded by the cluster's size,
     never by the number of partitions.
@@ -213,7 +220,7 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
     # The run key hashes every partition key: computed up front only when a phase 2 may have
     # left markers under it; otherwise while phase 1's tasks are submitted (below).
     rkey = work.run_key(keys) if _phase_two_started(scratch) else ""
-    twos: dict[int, work.PhaseTwo] = {}
+    twos = work.PhaseTwoResults()
     if rkey:
         state2 = work.read_state(scratch, work.done2_dir(rkey))
         found2: Iterable[tuple[int, Any]]
@@ -227,7 +234,8 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
             # A phase-2 marker whose shard is not under its content-addressed name is from an
             # older version: redo it.
             if d and _named(d.get("shard"), i):
-                twos[i] = work.PhaseTwo.from_dict(d)
+                twos.add(work.PhaseTwo.from_dict(d))
+        del state2, found2  # the markers, folded (a ShardInfo per partition would not be)
     params = StageParams(cfg.read_options, cfg.cleaning, cfg.dedup == "exact", cfg.near_dup,
                          (cfg.minhash_perms, cfg.minhash_bands, cfg.shingle_words,
                           cfg.minhash_rows), tok.sha256,
@@ -289,7 +297,7 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
         rkey = hasher.hexdigest()[:24]  # == work.run_key(keys)
 
     todo2 = np.setdiff1d(np.arange(n, dtype=np.int64),
-                         np.fromiter(twos, dtype=np.int64, count=len(twos)))
+                         np.fromiter(twos.done, dtype=np.int64, count=len(twos)))
     drops: dict[int, shuffle.DropRange] = {}
     if dedup and len(todo2):  # duplicates are known only once every partition's keys are
         drops = _dedup(client, cfg, store, n, keys, rkey, ones.rows, tag, opts, window)
@@ -318,12 +326,12 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
     ledger2 = work.Compactor(scratch, work.done2_dir(rkey))
     for _task, result in window.run(submit_two, tails()):
         for two in result if isinstance(result, list) else [result]:
-            twos[two.index] = two
+            twos.add(two)
             if not two.resumed:
                 ledger2.add(work.done2_path(rkey, two.index), two)
         bar.update(len(result) if isinstance(result, list) else 1)
     ledger2.flush()
-    return ones, list(twos.values()), ones.resumed
+    return ones, twos, ones.resumed
 
 
 def _dedup(client: Client, cfg: PipelineConfig, store: ReplicaSet, n: int,
@@ -481,7 +489,7 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: Lease, log: TextIO,
         listed = carbon.with_energy(listed, energy)
     # The row-group index goes before the swap (content-addressed: a rerun rewrites the same
     # bytes under the same name); the manifest then names it instead of listing the shards.
-    manifest = with_index(listed, listed.shards, write_index(store, listed.shards))
+    manifest = with_shard_index(store, listed, twos.shards)
     lease.check()  # still ours: no other run can be using _work/ or committing
     recorded = commit(store, manifest, log)  # the swap of manifest.json: last, atomic
     work.remove_work(store)

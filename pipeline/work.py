@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.shard_table import ShardTable
 from storage import WORK_DIR, ObjectInfo, ReplicaSet, ShardInfo, digest_bytes
 from storage.io.listing import list_tree
 from storage.io.retry import PERMANENT, classify
@@ -124,6 +125,42 @@ class PhaseOneResults:
                         tokens=self.tokens, dropped=dict(self.dropped),
                         changed=dict(self.changed), quarantined=dict(self.quarantined),
                         quarantine=q[0] if q else None)
+
+
+class PhaseTwoResults:
+    """Phase 2's results as the driver keeps them: which partitions are done, their
+    duplicate counts summed, and their shards folded into a :class:`ShardTable` (compact
+    records, not ``ShardInfo`` objects: ~52 bytes per row group, not ~510)."""
+
+    def __init__(self) -> None:
+        self.done: set[int] = set()
+        self.shards = ShardTable()
+        self._duplicates: dict[int, dict[str, int]] = {}  # only partitions that dropped any
+
+    def __len__(self) -> int:
+        return len(self.done)
+
+    def __contains__(self, index: object) -> bool:
+        return index in self.done
+
+    def add(self, two: PhaseTwo) -> None:
+        """Partition ``two.index``'s result (a later one for the same partition replaces it)."""
+        self.done.add(two.index)
+        self._duplicates.pop(two.index, None)
+        if two.duplicates:
+            self._duplicates[two.index] = dict(two.duplicates)
+        if two.shard is not None:
+            self.shards.add(two.index, two.shard)
+        else:
+            self.shards.discard(two.index)
+
+    @property
+    def duplicates(self) -> Counter[str]:
+        """Duplicates dropped in phase 2, summed over the partitions."""
+        out: Counter[str] = Counter()
+        for index in sorted(self._duplicates):
+            out.update(self._duplicates[index])
+        return out
 
 
 def load_one(store: ReplicaSet, key: str) -> PhaseOne:

@@ -96,21 +96,25 @@ def build_index_arrays(columns: dict[str, np.ndarray]) -> bytes:
     want = {**want, **{k: v for k, v in OPTIONAL_SHARD_COLUMNS.items() if k in columns}}
     n_groups = len(columns["rows"])
     n_shards = len(columns["shard_rows"])
-    blobs, table = [], {}
+    arrays, table = {}, {}
     offset = 0
     for name in sorted(want):
         arr = np.ascontiguousarray(np.asarray(columns[name]).astype(want[name], copy=False))
-        data = arr.tobytes()
-        table[name] = {"dtype": want[name], "offset": offset, "bytes": len(data),
-                       "sha256": hashlib.sha256(data).hexdigest()}
-        pad = -len(data) % _ALIGN
-        blobs.append(data + b"\0" * pad)
-        offset += len(data) + pad
+        raw = arr.reshape(-1).view(np.uint8)  # its bytes, not a copy
+        arrays[name] = raw
+        table[name] = {"dtype": want[name], "offset": offset, "bytes": raw.nbytes,
+                       "sha256": hashlib.sha256(raw).hexdigest()}
+        offset += raw.nbytes + (-raw.nbytes % _ALIGN)
     header = json.dumps({"format": FORMAT, "row_groups": n_groups, "shards": n_shards,
                          "columns": table}, sort_keys=True).encode()
     head = MAGIC + np.uint64(len(header)).tobytes() + header
     head += b"\0" * (-len(head) % _ALIGN)
-    return head + b"".join(blobs)
+    # Each column copied once, by the join (at 100 M row groups the index is ~4 GB: a copy
+    # per column, then one per join, were three of it)
+    parts: list[Any] = [head]
+    for raw in arrays.values():
+        parts += [raw, b"\0" * (-raw.nbytes % _ALIGN)]
+    return b"".join(parts)
 
 
 def digest_algorithm(shards: Sequence[Any]) -> str:
@@ -124,8 +128,13 @@ def build_index(shards: Sequence[Any], digest: str | None = None) -> bytes:
     """The index of ``shards`` (``storage.format.manifest.ShardInfo``, in manifest order); its
     ``digest`` column holds the row groups' ``digest`` digests (default: what
     :func:`digest_algorithm` finds; callers that record it pass it, so it is found once)."""
+    return build_index_arrays(index_columns(shards, digest or digest_algorithm(shards)))
+
+
+def index_columns(shards: Sequence[Any], digest: str) -> dict[str, np.ndarray]:
+    """The columns :func:`build_index` writes for ``shards`` (``pipeline.shard_table`` makes
+    the same from compact records, without ``ShardInfo`` objects)."""
     groups = [g for s in shards for g in s.row_groups]
-    digest = digest or digest_algorithm(shards)
     paths = [s.path.encode() for s in shards]
     counts = np.array([len(s.row_groups) for s in shards], dtype=np.uint64)
     columns = {
@@ -150,7 +159,7 @@ def build_index(shards: Sequence[Any], digest: str | None = None) -> bytes:
     for name in ("rows", "tokens", "length"):
         if len(columns[name]) and int(columns[name].max()) >= 1 << 32:
             raise ValueError(f"a row group's {name} does not fit in 32 bits")
-    return build_index_arrays(columns)
+    return columns
 
 
 def index_ref(path: str, data: bytes, digest: str = SHA256) -> IndexRef:
@@ -357,14 +366,24 @@ LOADER_OPTIONAL_COLUMNS = tuple(OPTIONAL_SHARD_COLUMNS)
 def encode(shards: Sequence[ShardInfo]) -> tuple[bytes, IndexRef]:
     """The index object of ``shards`` and the reference a manifest records for it."""
     digest = digest_algorithm(shards)
-    data = build_index(shards, digest)
+    return encode_columns(index_columns(shards, digest), digest)
+
+
+def encode_columns(columns: dict[str, np.ndarray], digest: str) -> tuple[bytes, IndexRef]:
+    """:func:`encode` from the index's columns (``digest``: their row-group digest's
+    algorithm)."""
+    data = build_index_arrays(columns)
     return data, index_ref(index_name(hashlib.sha256(data).hexdigest()), data, digest)
 
 
 def with_index(manifest: Manifest, shards: Sequence[ShardInfo], ref: IndexRef) -> Manifest:
     """``manifest`` as ``shardflow.dataset/2``: its shards named by the index ``ref``."""
-    return replace(manifest, shards=(), format=FORMAT_V2, index=ref,
-                   totals=Totals.of(list(shards)))
+    return indexed(manifest, Totals.of(list(shards)), ref)
+
+
+def indexed(manifest: Manifest, totals: Totals, ref: IndexRef) -> Manifest:
+    """:func:`with_index` given the shards' ``totals`` (a writer that kept no ``ShardInfo``)."""
+    return replace(manifest, shards=(), format=FORMAT_V2, index=ref, totals=totals)
 
 
 def check_counts(manifest: Manifest, cols: dict[str, np.ndarray]) -> None:

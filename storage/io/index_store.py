@@ -26,6 +26,7 @@ from storage.format.index import (
     check_counts,
     check_values,
     encode,
+    encode_columns,
     header_bytes,
     read_index,
     shard_paths,
@@ -51,6 +52,14 @@ def write_index(store: ReplicaSet, shards: Sequence[ShardInfo]) -> IndexRef:
     """Put the index of ``shards`` (the store's quorum put; the name is its content's, so a
     rerun rewrites the same bytes under the same name) and return its reference."""
     data, ref = encode(shards)
+    store.put(ref.path, data)
+    return ref
+
+
+def write_index_columns(store: ReplicaSet, columns: dict[str, np.ndarray],
+                        digest: str) -> IndexRef:
+    """:func:`write_index` from the index's columns (``storage.format.index.index_columns``)."""
+    data, ref = encode_columns(columns, digest)
     store.put(ref.path, data)
     return ref
 

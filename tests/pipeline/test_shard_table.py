@@ -1,0 +1,108 @@
+"""The driver's compact shard table writes the same index as the ``ShardInfo`` objects it
+replaces, whatever order results arrive in, at a tenth of the memory."""
+
+from __future__ import annotations
+
+import os
+import random
+import tracemalloc
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline import work
+from pipeline.shard_table import ShardTable
+from storage import RowGroupInfo, ShardInfo, Totals
+from storage.format.chunk_footer import CODECS
+from storage.format.index import build_index, build_index_arrays, digest_algorithm, encode
+
+HEX = st.binary(min_size=32, max_size=32).map(bytes.hex)
+GROUPS = st.builds(RowGroupInfo, rows=st.integers(0, 2**32 - 1),
+                   tokens=st.integers(0, 2**32 - 1), offset=st.integers(0, 2**63 - 1),
+                   length=st.integers(0, 2**32 - 1), sha256=HEX,
+                   blake3=st.one_of(st.just(""), HEX))
+SHARDS = st.builds(ShardInfo, path=st.text("abc/-_.0123456789", min_size=1, max_size=40),
+                   rows=st.integers(0, 2**40), tokens=st.integers(0, 2**40),
+                   bytes=st.integers(0, 2**40), sha256=HEX,
+                   row_groups=st.lists(GROUPS, max_size=6).map(tuple),
+                   footer_length=st.integers(0, 2**31), footer_sha256=st.one_of(st.just(""), HEX),
+                   codec=st.sampled_from(["", *CODECS]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(st.none(), SHARDS), max_size=8), st.randoms(use_true_random=False),
+       st.booleans())
+def test_the_table_writes_the_index_of_its_shards(shards: list[ShardInfo | None],
+                                                   rng: random.Random,
+                                                   all_blake3: bool) -> None:
+    """Partitions (``None``: no rows, no shard) folded in any order give the columns, bytes,
+    digest algorithm and totals of the shards in partition order."""
+    if all_blake3:  # the usual case: every row group has a BLAKE3
+        shards = [s if s is None else ShardInfo(**{**s.__dict__, "row_groups": tuple(
+            RowGroupInfo(g.rows, g.tokens, g.offset, g.length, g.sha256, g.blake3 or g.sha256)
+            for g in s.row_groups)}) for s in shards]
+    results = work.PhaseTwoResults()
+    arrival = list(enumerate(shards))
+    rng.shuffle(arrival)
+    for index, shard in arrival:
+        results.add(work.PhaseTwo(index, shard))
+    ordered = [s for s in shards if s is not None]
+    table = results.shards
+    assert table.digest_algorithm() == digest_algorithm(ordered)
+    assert build_index_arrays(table.columns()) == build_index(ordered)
+    assert table.totals() == Totals.of(ordered)
+    assert len(results) == len(shards)
+
+
+def test_a_later_result_for_a_partition_replaces_the_earlier() -> None:
+    def shard(tokens: int) -> ShardInfo:
+        return ShardInfo("s.parquet", 1, tokens, 10, "0" * 64,
+                         (RowGroupInfo(1, tokens, 4, 6, "1" * 64, "2" * 64),))
+
+    results = work.PhaseTwoResults()
+    results.add(work.PhaseTwo(0, shard(5), {"exact": 2}))
+    results.add(work.PhaseTwo(0, shard(7), {"exact": 3}))
+    results.add(work.PhaseTwo(1, None, {"near": 1}))
+    assert results.shards.totals().tokens == 7 and len(results.shards) == 1
+    assert results.duplicates == {"exact": 3, "near": 1}
+    results.add(work.PhaseTwo(0, None))
+    assert len(results.shards) == 0 and results.duplicates == {"near": 1}
+
+
+def test_row_group_counts_beyond_32_bits_are_refused_when_folded() -> None:
+    big = ShardInfo("s.parquet", 1, 2**32, 10, "0" * 64,
+                    (RowGroupInfo(1, 2**32, 0, 6, "1" * 64, "2" * 64),))
+    with pytest.raises(ValueError, match="tokens does not fit in 32 bits"):
+        ShardTable().add(0, big)
+    with pytest.raises(ValueError, match="tokens does not fit in 32 bits"):
+        encode([big])  # the object path refuses the same
+
+
+def test_the_table_holds_a_tenth_of_the_objects_memory() -> None:
+    """Per row group: ~510 bytes as ``ShardInfo`` objects, under 70 folded."""
+    def shards(n: int, groups: int) -> list[ShardInfo]:
+        return [ShardInfo(f"shards/{k:08d}-{os.urandom(8).hex()}.parquet", 10**5, 10**8,
+                          10**8, os.urandom(32).hex(),
+                          tuple(RowGroupInfo(127, 262_144, i * 400_000 + 4, 400_000,
+                                             os.urandom(32).hex(), os.urandom(32).hex())
+                                for i in range(groups)), 5000, os.urandom(32).hex(), "ZSTD")
+                for k in range(n)]
+
+    n, groups = 40, 256
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        objects = shards(n, groups)
+        as_objects = tracemalloc.get_traced_memory()[0] - before
+        table = ShardTable()
+        before = tracemalloc.get_traced_memory()[0]
+        for i, s in enumerate(objects):
+            table.add(i, s)
+        folded = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    per_object, per_folded = as_objects / (n * groups), folded / (n * groups)
+    assert per_object > 300, per_object  # what the driver held before
+    assert per_folded < 70, per_folded
+    assert build_index_arrays(table.columns()) == build_index(objects)
