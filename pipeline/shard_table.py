@@ -95,9 +95,14 @@ class ShardTable:
     def columns(self) -> dict[str, np.ndarray]:
         """The index's columns, shards in partition order."""
         shards = self._ordered()
-        groups = (np.concatenate([s.groups for s in shards]) if shards
-                  else np.zeros(0, dtype=GROUP))
         digest = "blake3" if self.digest_algorithm() == PIECE_DIGEST else "sha256"
+
+        def field(name: str) -> np.ndarray:
+            """One field of every row group, in order, as its own array (no copy of the whole
+            records first)."""
+            parts = [s.groups[name] for s in shards] or [np.zeros(0, dtype=GROUP)[name]]
+            return np.concatenate(parts)
+
         counts = np.array([len(s.groups) for s in shards], dtype=np.uint64)
         paths = [s.path for s in shards]
 
@@ -109,11 +114,8 @@ class ShardTable:
 
         return {
             # in the index's own dtypes (GROUP_COLUMNS), so writing it copies them once more
-            "rows": groups["rows"].astype("<u4"),
-            "tokens": groups["tokens"].astype("<u4"),
-            "offset": groups["offset"].astype("<u8"),
-            "length": groups["length"].astype("<u4"),
-            "digest": np.ascontiguousarray(groups[digest]),
+            "rows": field("rows"), "tokens": field("tokens"), "offset": field("offset"),
+            "length": field("length"), "digest": field(digest),
             "first_group": np.concatenate([[0], np.cumsum(counts)]).astype(np.uint64),
             "shard_rows": np.array([s.rows for s in shards], dtype=np.uint64),
             "shard_tokens": np.array([s.tokens for s in shards], dtype=np.uint64),
