@@ -21,7 +21,7 @@ import numpy as np
 from storage import ShardInfo
 from storage.format.checksums import PIECE_DIGEST, SHA256
 from storage.format.chunk_footer import CODECS, NO_CODEC
-from storage.format.index import DIGEST_BYTES
+from storage.format.index import DIGEST_BYTES, ShardFields, raw_digest
 from storage.format.manifest import Totals
 
 #: one row group as the driver keeps it
@@ -40,11 +40,6 @@ class _Shard(NamedTuple):
     codec: int
     all_blake3: bool  # every row group has a BLAKE3 (else the index keeps SHA-256s)
     groups: np.ndarray  # GROUP records
-
-
-def _raw(hex_digest: str, width: int) -> bytes:
-    """A hex digest as the index stores it: its first ``width`` bytes, zero-padded."""
-    return bytes.fromhex(hex_digest)[:width].ljust(width, b"\0")
 
 
 class ShardTable:
@@ -66,11 +61,12 @@ class ShardTable:
                 raise ValueError(f"{shard.path}: a row group's {name} does not fit in 32 bits")
             groups[name] = values
         for name in ("blake3", "sha256"):
-            raw = b"".join(_raw(getattr(g, name), DIGEST_BYTES) for g in gs)
+            raw = b"".join(raw_digest(getattr(g, name), DIGEST_BYTES) for g in gs)
             groups[name] = np.frombuffer(raw, dtype=f"V{DIGEST_BYTES}")
         self._shards[index] = _Shard(
-            shard.path.encode(), shard.rows, shard.tokens, shard.bytes, _raw(shard.sha256, 32),
-            shard.footer_length, _raw(shard.footer_sha256, 32), CODECS.get(shard.codec, NO_CODEC),
+            shard.path.encode(), shard.rows, shard.tokens, shard.bytes,
+            raw_digest(shard.sha256, 32), shard.footer_length,
+            raw_digest(shard.footer_sha256, 32), CODECS.get(shard.codec, NO_CODEC),
             all(g.blake3 for g in shard.row_groups), groups)
 
     def discard(self, index: int) -> None:
@@ -103,28 +99,13 @@ class ShardTable:
             parts = [s.groups[name] for s in shards] or [np.zeros(0, dtype=GROUP)[name]]
             return np.concatenate(parts)
 
-        counts = np.array([len(s.groups) for s in shards], dtype=np.uint64)
-        paths = [s.path for s in shards]
-
-        def digests(values: list[bytes], width: int) -> np.ndarray:
-            out = np.zeros(len(values), dtype=f"V{width}")
-            if values:
-                out[:] = np.frombuffer(b"".join(values), dtype=f"V{width}")
-            return out
-
+        fields = ShardFields([s.path for s in shards], [len(s.groups) for s in shards],
+                             [s.rows for s in shards], [s.tokens for s in shards],
+                             [s.bytes for s in shards], [s.sha256 for s in shards],
+                             [s.footer_length for s in shards],
+                             [s.footer_sha256 for s in shards], [s.codec for s in shards])
         return {
             # in the index's own dtypes (GROUP_COLUMNS), so writing it copies them once more
             "rows": field("rows"), "tokens": field("tokens"), "offset": field("offset"),
-            "length": field("length"), "digest": field(digest),
-            "first_group": np.concatenate([[0], np.cumsum(counts)]).astype(np.uint64),
-            "shard_rows": np.array([s.rows for s in shards], dtype=np.uint64),
-            "shard_tokens": np.array([s.tokens for s in shards], dtype=np.uint64),
-            "shard_bytes": np.array([s.bytes for s in shards], dtype=np.uint64),
-            "shard_sha256": digests([s.sha256 for s in shards], 32),
-            "footer_length": np.array([s.footer_length for s in shards], dtype=np.uint64),
-            "footer_sha256": digests([s.footer_sha256 for s in shards], 32),
-            "path_end": np.concatenate([[0], np.cumsum([len(p) for p in paths])]
-                                       ).astype(np.uint64),
-            "paths": np.frombuffer(b"".join(paths), dtype=np.uint8),
-            "shard_codec": np.array([s.codec for s in shards], dtype=np.uint8),
+            "length": field("length"), "digest": field(digest), **fields.columns(),
         }

@@ -72,12 +72,52 @@ class IndexFormatError(ValueError):
     """An index object that cannot be trusted (bad magic, header, or checksum)."""
 
 
-def _hex_to_bytes(values: Sequence[str], width: int) -> np.ndarray:
+def raw_digest(hex_digest: str, width: int) -> bytes:
+    """A hex digest as the index stores it: its first ``width`` bytes, zero-padded."""
+    return bytes.fromhex(hex_digest)[:width].ljust(width, b"\0")
+
+
+def _raw_column(values: Sequence[bytes], width: int) -> np.ndarray:
     out = np.zeros(len(values), dtype=f"V{width}")
     if len(values):
-        raw = b"".join(bytes.fromhex(v)[:width].ljust(width, b"\0") for v in values)
-        out[:] = np.frombuffer(raw, dtype=f"V{width}")
+        out[:] = np.frombuffer(b"".join(values), dtype=f"V{width}")
     return out
+
+
+def _hex_to_bytes(values: Sequence[str], width: int) -> np.ndarray:
+    return _raw_column([raw_digest(v, width) for v in values], width)
+
+
+@dataclass(frozen=True)
+class ShardFields:
+    """The per-shard values of an index, in order (digests as raw bytes: :func:`raw_digest`)."""
+
+    paths: list[bytes]
+    group_counts: list[int]
+    rows: list[int]
+    tokens: list[int]
+    bytes: list[int]
+    sha256: list[bytes]
+    footer_length: list[int]
+    footer_sha256: list[bytes]
+    codec: list[int]
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The index's per-shard columns (:data:`SHARD_COLUMNS` and ``shard_codec``)."""
+        counts = np.array(self.group_counts, dtype=np.uint64)
+        return {
+            "first_group": np.concatenate([[0], np.cumsum(counts)]).astype(np.uint64),
+            "shard_rows": np.array(self.rows, dtype=np.uint64),
+            "shard_tokens": np.array(self.tokens, dtype=np.uint64),
+            "shard_bytes": np.array(self.bytes, dtype=np.uint64),
+            "shard_sha256": _raw_column(self.sha256, 32),
+            "footer_length": np.array(self.footer_length, dtype=np.uint64),
+            "footer_sha256": _raw_column(self.footer_sha256, 32),
+            "path_end": np.concatenate([[0], np.cumsum([len(p) for p in self.paths])]
+                                       ).astype(np.uint64),
+            "paths": np.frombuffer(b"".join(self.paths), dtype=np.uint8),
+            "shard_codec": np.array(self.codec, dtype=np.uint8),
+        }
 
 
 def digest_hex(column: np.ndarray, i: int) -> str:
@@ -135,8 +175,6 @@ def index_columns(shards: Sequence[Any], digest: str) -> dict[str, np.ndarray]:
     """The columns :func:`build_index` writes for ``shards`` (``pipeline.shard_table`` makes
     the same from compact records, without ``ShardInfo`` objects)."""
     groups = [g for s in shards for g in s.row_groups]
-    paths = [s.path.encode() for s in shards]
-    counts = np.array([len(s.row_groups) for s in shards], dtype=np.uint64)
     columns = {
         "rows": np.array([g.rows for g in groups], dtype=np.uint64),
         "tokens": np.array([g.tokens for g in groups], dtype=np.uint64),
@@ -144,17 +182,12 @@ def index_columns(shards: Sequence[Any], digest: str) -> dict[str, np.ndarray]:
         "length": np.array([g.length for g in groups], dtype=np.uint64),
         "digest": _hex_to_bytes([g.blake3 if digest == PIECE_DIGEST else g.sha256
                                  for g in groups], DIGEST_BYTES),
-        "first_group": np.concatenate([[0], np.cumsum(counts)]).astype(np.uint64),
-        "shard_rows": np.array([s.rows for s in shards], dtype=np.uint64),
-        "shard_tokens": np.array([s.tokens for s in shards], dtype=np.uint64),
-        "shard_bytes": np.array([s.bytes for s in shards], dtype=np.uint64),
-        "shard_sha256": _hex_to_bytes([s.sha256 for s in shards], 32),
-        "footer_length": np.array([s.footer_length for s in shards], dtype=np.uint64),
-        "footer_sha256": _hex_to_bytes([s.footer_sha256 for s in shards], 32),
-        "path_end": np.concatenate([[0], np.cumsum([len(p) for p in paths])]).astype(np.uint64),
-        "paths": np.frombuffer(b"".join(paths), dtype=np.uint8),
-        "shard_codec": np.array([CODECS.get(s.codec, NO_CODEC)
-                                 for s in shards], dtype=np.uint8),
+        **ShardFields(
+            [s.path.encode() for s in shards], [len(s.row_groups) for s in shards],
+            [s.rows for s in shards], [s.tokens for s in shards], [s.bytes for s in shards],
+            [raw_digest(s.sha256, 32) for s in shards], [s.footer_length for s in shards],
+            [raw_digest(s.footer_sha256, 32) for s in shards],
+            [CODECS.get(s.codec, NO_CODEC) for s in shards]).columns(),
     }
     for name in ("rows", "tokens", "length"):
         if len(columns[name]) and int(columns[name].max()) >= 1 << 32:
