@@ -58,6 +58,10 @@ def _write_input(path: Path, size: int) -> int:
     return n
 
 
+#: a spawned Python process that never got as far as a worker (an idle worker peaks ~250 MB)
+STARTUP_ONLY = 150 << 20
+
+
 def _hwm(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -101,8 +105,13 @@ def _peak(src: Path, out: Path, partition_bytes: int = PARTITION) -> tuple[int, 
         summary = run(PipelineConfig(inputs=[str(src)], output=str(out), workers=1,
                                      partition_bytes=partition_bytes, fix_mojibake=False,
                                      dashboard_address="127.0.0.1:0"), progress=False)
-    assert len(peaks.peaks) == 1, "expected exactly one worker process"
-    return max(peaks.peaks.values()), summary.docs_out
+    # One worker does the work. A second spawned process seen at start-up size only is Dask's
+    # nanny starting a replacement during the cluster's close (once in CI on 2 loaded cores:
+    # 310 MB and 70 MB); anything larger would be a second worker sharing the work.
+    assert peaks.peaks, "no worker process seen"
+    worker, *others = sorted(peaks.peaks.values(), reverse=True)
+    assert all(o < STARTUP_ONLY for o in others), f"more than one worker process: {peaks.peaks}"
+    return worker, summary.docs_out
 
 
 def test_worker_peak_rss_does_not_grow_with_the_input(tmp_path: Path) -> None:
