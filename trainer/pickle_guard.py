@@ -33,7 +33,9 @@ is unpickled:
   ~N**2/2 comparisons (hash flooding: a 4 MB ``.metadata`` would hang every rank for minutes, a
   40 MB one for hours). Strings hash with the process's secret key; the ``key_classes``
   must be made hash-safe by the caller (:mod:`trainer.safe_metadata` does for DCP's
-  ``MetadataIndex``);
+  ``MetadataIndex``); and for the same reason a call of a container that hashes its
+  arguments' items itself (``OrderedDict(pairs)``, ``set([...])``, ``Counter(...)``):
+  admitted with no arguments only;
 * ``APPEND``/``SETITEM``/``ADDITEMS`` on anything but a list / dict (or ``OrderedDict``) / set,
   ``REDUCE``/``NEWOBJ`` on anything but a global, persistent ids (unless the caller's unpickler
   resolves them: ``torch.load``'s storages), the extension registry and out-of-band buffers,
@@ -109,6 +111,14 @@ _ITEM_BYTES = {"tuple": 8, "list": 9, "dict": 24, "set": 32, "frozenset": 32,
 _MEMO_BYTES = 16
 _ODICT = ("collections", "OrderedDict")
 
+
+#: callables the walk admits (DCP's or torch's allow-lists) that would hash the items of their
+#: arguments as keys: admitted with none (``pickle`` writes them so for protocol 4 dicts and
+#: ``OrderedDict``; a protocol-2 ``set`` is ``set([...])``, refused)
+_HASHING_CALLS = frozenset({
+    *((module, name) for module in ("builtins", "__builtin__")  # protocol 2 names Python 2's
+      for name in ("set", "frozenset", "dict")),
+    ("collections", "OrderedDict"), ("collections", "Counter")})
 
 _LEAF = _Node("leaf")
 _LEAF_BYTES = _BASE_BYTES["leaf"]
@@ -248,6 +258,15 @@ class _Walk:
     def instance(self, func: _Node, args: list[_Node]) -> None:
         if func.kind != "global":
             raise self.fail(f"{self.name} calls a {func.kind}, not a named class or function")
+        if func.cls in _HASHING_CALLS:
+            # positional arguments (INST, OBJ), or the args tuple / kwargs dict (REDUCE, NEWOBJ)
+            given = args if self.name in ("INST", "OBJ") else [a for a in args if not (
+                a.kind == "leaf" or (a.kind in ("tuple", "dict") and a.items == 0))]
+            if given:
+                raise self.fail(
+                    f"{'.'.join(func.cls)} called with arguments ({self.name}): it would hash "
+                    "their items as keys unchecked (hash flooding); its items may come only "
+                    "through SETITEMS/ADDITEMS")
         self.make("instance", [func, *args], cls=func.cls)
 
     # -- opcodes -------------------------------------------------------------------------

@@ -181,18 +181,23 @@ def _real_keys(storage: dict[Any, Any], source: str) -> dict[MetadataIndex, Any]
     refused when more than :data:`MAX_SHARED_HASH` entries share one such hash: counting the
     hashes is linear, inserting keys that share one is quadratic."""
     shared = Counter()
-    for index in storage:
-        if not isinstance(index, MetadataIndex):
-            raise UnsafeCheckpointError(f"{source}: a storage entry keyed by a "
-                                        f"{type(index).__name__}, not a MetadataIndex")
-        shared[MetadataIndex.__hash__(index)] += 1
-    worst = max(shared.values(), default=0)
-    if worst > MAX_SHARED_HASH:
-        raise UnsafeCheckpointError(
-            f"{source}: {worst:,} storage entries share one hash (keys made to collide: "
-            "building DCP's index of them would take time quadratic in their number); "
-            "refusing to load it")
-    return {MetadataIndex(i.fqn, i.offset, i.index): info for i, info in storage.items()}
+    try:
+        for index in storage:
+            if not isinstance(index, MetadataIndex):
+                raise UnsafeCheckpointError(f"{source}: a storage entry keyed by a "
+                                            f"{type(index).__name__}, not a MetadataIndex")
+            shared[MetadataIndex.__hash__(index)] += 1
+        worst = max(shared.values(), default=0)
+        if worst > MAX_SHARED_HASH:
+            raise UnsafeCheckpointError(
+                f"{source}: {worst:,} storage entries share one hash (keys made to collide: "
+                "building DCP's index of them would take time quadratic in their number); "
+                "refusing to load it")
+        return {MetadataIndex(i.fqn, i.offset, i.index): info for i, info in storage.items()}
+    except (TypeError, ValueError, AttributeError, RuntimeError) as exc:
+        # fields of the wrong type (an unhashable fqn, an offset torch.Size refuses)
+        raise UnsafeCheckpointError(f"{source}: a storage entry's key does not hold "
+                                    f"({type(exc).__name__}: {exc})"[:500]) from None
 
 
 def read_capped(f: Any, source: str, limit: int = MAX_METADATA_BYTES) -> bytes:

@@ -307,6 +307,51 @@ def test_keys_whose_hash_takes_no_secret_are_refused_by_the_walk(what: str,
         load_metadata(_planner_data(value))
 
 
+class _CalledWith:
+    """Pickles as ``factory(items)`` (REDUCE with arguments), as a crafted file can."""
+
+    def __init__(self, factory: object, items: object) -> None:
+        self.factory, self.items = factory, items
+
+    def __reduce__(self) -> tuple[object, tuple[object]]:
+        return (self.factory, (self.items,))
+
+
+def test_an_ordered_dict_built_from_colliding_pairs_is_refused() -> None:
+    """``OrderedDict(pairs)`` inserts its argument's keys itself: no SETITEMS for the walk to
+    check. Refused however few; ``pickle`` itself writes an empty call and SETITEMS."""
+    import collections
+
+    pairs = [(torch.Size(o), 0) for o in colliding_offsets(50)]
+    assert len({hash(k) for k, _ in pairs}) == 1  # the payload is live
+    for value in (_CalledWith(collections.OrderedDict, pairs),
+                  {"k": _CalledWith(collections.OrderedDict, [("a", 1)])}):
+        with pytest.raises(UnsafeCheckpointError,
+                           match=r"collections\.OrderedDict called with arguments \(REDUCE\)"):
+            load_metadata(_planner_data(value))
+    od = collections.OrderedDict(a=1)
+    assert load_metadata(_planner_data({"k": od})).planner_data == {"k": od}
+
+
+def test_a_storage_key_with_an_unhashable_field_is_one_clean_error() -> None:
+    """A ``MetadataIndex`` whose fqn is a list: refused by name, not a TypeError."""
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import (
+        BytesStorageMetadata,
+        Metadata,
+        MetadataIndex,
+    )
+
+    data = pickle.dumps(Metadata(state_dict_metadata={"w": BytesStorageMetadata()},
+                                 storage_data={MetadataIndex("XX"): _StorageInfo("f", 0, 1)}),
+                        protocol=2)
+    fqn = pickle.BINUNICODE + (2).to_bytes(4, "little") + b"XX"
+    assert data.count(fqn) == 1
+    with pytest.raises(UnsafeCheckpointError, match="storage entry's key does not hold "
+                                                     r"\(TypeError: unhashable"):
+        load_metadata(data.replace(fqn, pickle.EMPTY_LIST))
+
+
 def test_string_keys_are_admitted() -> None:
     md = load_metadata(_planner_data({"model.w": ("model", "w"), b"raw": 1}))
     assert md.planner_data == {"model.w": ("model", "w"), b"raw": 1}

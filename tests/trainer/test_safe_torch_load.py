@@ -10,6 +10,7 @@ import pickle
 import subprocess
 import sys
 import zipfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,14 @@ def test_keys_made_to_share_a_hash_are_refused() -> None:
     with pytest.raises(UnsafeCheckpointError, match="number or constant as a dict key.*hash "
                                                       "flooding"):
         load_torch_bytes(saved(flood), "v")
+
+
+@pytest.mark.parametrize("value", [{"s": {1, 2}}, frozenset({"a"}), Counter("aab")])
+def test_containers_built_from_arguments_are_refused(value: object) -> None:
+    """``torch.save`` (pickle protocol 2) writes a set as ``set([...])``: the call hashes the
+    items itself, where the walk cannot check them."""
+    with pytest.raises(UnsafeCheckpointError, match="called with arguments .*hash flooding"):
+        load_torch_bytes(saved(value), "v")
 
 
 @pytest.mark.parametrize(("blob", "why"), [
