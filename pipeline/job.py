@@ -186,6 +186,35 @@ def _named(shard: dict[str, Any] | None, index: int) -> bool:
         return False
 
 
+def fold_phase_two(markers: Iterable[tuple[str, Any]], rkey: str, n: int,
+                   twos: work.PhaseTwoResults) -> None:
+    """Fold an earlier run's phase-2 markers (``(path, marker)`` pairs, a later pair for a
+    path replacing an earlier: :func:`pipeline.work.stream_state`) into ``twos`` as they come,
+    holding none of them: what folding the dict of the last pair per path would give.
+
+    A marker counts where it is a dict under its own partition's path whose shard (if any) is
+    under its content-addressed name; a later unusable one for that path forgets the earlier.
+    """
+    held: dict[str, int] = {}  # path -> the partition folded from it
+    for path, d in markers:
+        i = d.get("index") if isinstance(d, dict) else None
+        usable = (isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n
+                  and path == work.done2_path(rkey, i) and _named(d.get("shard"), i))
+        if usable:
+            twos.add(work.PhaseTwo.from_dict(d))
+            held[path] = i
+        elif path in held:
+            twos.discard(held.pop(path))
+
+
+def _whole(scratch: ReplicaSet, key: str) -> work.PhaseOne | None:
+    """Partition ``key``'s whole phase-1 marker (``None``: gone since the state was read)."""
+    try:
+        return work.load_one(scratch, key)
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _phase_two_started(scratch: ReplicaSet) -> bool:
     """Whether any phase 2 or shuffle left files (under any run key): one small listing."""
     loc = scratch.replicas[0].loc
@@ -216,26 +245,19 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
     keys = plan.keys(salt)
     n = len(plan)
     scratch = work.work_store(store)
-    state1 = work.read_state(scratch, work.DONE1_DIR)
+    # (row groups dropped as each ledger is read: the driver folds counts, ~1 KB a row group
+    # in the markers otherwise, ~70 GB as dicts at 100 TB)
+    state1 = work.read_state(scratch, work.DONE1_DIR, slim=work.slim_phase_one)
     # The run key hashes every partition key: computed up front only when a phase 2 may have
     # left markers under it; otherwise while phase 1's tasks are submitted (below).
     rkey = work.run_key(keys) if _phase_two_started(scratch) else ""
     twos = work.PhaseTwoResults()
     if rkey:
-        state2 = work.read_state(scratch, work.done2_dir(rkey))
-        found2: Iterable[tuple[int, Any]]
-        if state2 is None:  # the store refuses to list: one read per partition
-            found2 = ((i, work.get_json(scratch, work.done2_path(rkey, i))) for i in range(n))
-        else:
-            found2 = ((d.get("index"), d) for path, d in state2.items()
-                      if isinstance(d, dict) and isinstance(d.get("index"), int)
-                      and 0 <= d["index"] < n and path == work.done2_path(rkey, d["index"]))
-        for i, d in found2:
-            # A phase-2 marker whose shard is not under its content-addressed name is from an
-            # older version: redo it.
-            if d and _named(d.get("shard"), i):
-                twos.add(work.PhaseTwo.from_dict(d))
-        del state2, found2  # the markers, folded (a ShardInfo per partition would not be)
+        stream2 = work.stream_state(scratch, work.done2_dir(rkey))
+        if stream2 is None:  # the store refuses to list: one read per partition
+            stream2 = ((work.done2_path(rkey, i), work.get_json(scratch, work.done2_path(rkey, i)))
+                       for i in range(n))
+        fold_phase_two(stream2, rkey, n, twos)
     params = StageParams(cfg.read_options, cfg.cleaning, cfg.dedup == "exact", cfg.near_dup,
                          (cfg.minhash_perms, cfg.minhash_bands, cfg.shingle_words,
                           cfg.minhash_rows), tok.sha256,
@@ -277,7 +299,8 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
                 ones.add(earlier)
                 bar.update(1)
             else:
-                yield i, k, earlier
+                # the task verifies the work files against the whole marker, not the slim copy
+                yield i, k, _whole(scratch, k) if earlier else None
 
     def submit_one(task: tuple[int, str, work.PhaseOne | None]) -> Future:
         i, k, earlier = task

@@ -18,10 +18,11 @@ import json
 import tempfile
 import time
 import uuid
-from collections import Counter
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -154,6 +155,12 @@ class PhaseTwoResults:
         else:
             self.shards.discard(two.index)
 
+    def discard(self, index: int) -> None:
+        """Forget partition ``index``'s result (a newer marker for it is not usable)."""
+        self.done.discard(index)
+        self._duplicates.pop(index, None)
+        self.shards.discard(index)
+
     @property
     def duplicates(self) -> Counter[str]:
         """Duplicates dropped in phase 2, summed over the partitions."""
@@ -281,18 +288,44 @@ def markers(store: ReplicaSet, paths: list[str]) -> list[dict[str, Any] | None]:
 #: a ledger holds the markers of this many finished tasks (or of :data:`LEDGER_S` seconds')
 LEDGER_BATCH = 1024
 LEDGER_S = 30.0
+#: ... or of this many row groups: a phase-2 marker lists its shard's row groups (~230 bytes
+#: of JSON each, ~1,000 for a 1 GiB partition), so 1,024 of them made a ~230 MB ledger that
+#: the driver held as ~700 MB of dicts until written, and a rerun parsed whole
+LEDGER_ROW_GROUPS = 32_768
 LEDGER_PREFIX = "ledger-"
+#: ledgers read ahead of the one being folded (a rerun holds at most this many parsed)
+STATE_READ_AHEAD = 8
+
+Marker = dict[str, Any]
 
 
-def read_state(store: ReplicaSet, folder: str) -> dict[str, dict[str, Any]] | None:
-    """Every marker under ``folder``: ``{marker path: marker}``, or ``None`` when the store
-    refuses to list (then each marker is read where it is needed, :func:`get_json`).
+def read_state(store: ReplicaSet, folder: str,
+               slim: Callable[[Marker], Marker] | None = None) -> dict[str, Marker] | None:
+    """Every marker under ``folder``: ``{marker path: marker}`` (the newest ledger's copy where
+    several hold one), or ``None`` when the store refuses to list (then each marker is read
+    where it is needed, :func:`get_json`). ``slim``: applied to each marker as it is read, so
+    that what is kept is what the caller needs (:func:`slim_phase_one`), not every row group.
+    """
+    stream = stream_state(store, folder)
+    if stream is None:
+        return None
+    return {path: slim(d) if slim is not None else d for path, d in stream}
+
+
+def stream_state(store: ReplicaSet, folder: str, ahead: int = STATE_READ_AHEAD
+                 ) -> Iterator[tuple[str, Marker]] | None:
+    """The markers under ``folder`` as ``(path, marker)`` pairs, each ledger's in turn (oldest
+    first: a later pair for a path replaces an earlier), then the loose markers no ledger
+    holds; ``None`` when the store refuses to list.
 
     One listing of the folder (markers have folders of their own: one name per finished
-    task), then the ledgers (each holds :data:`LEDGER_BATCH` markers, written by the driver
-    as tasks finish: :class:`Compactor`) and only the loose markers no ledger holds (tasks
-    that finished after the last ledger): ``done / LEDGER_BATCH`` reads plus at most a
-    batch and a window's, instead of one read per finished task.
+    task), then the ledgers (each holds up to :data:`LEDGER_BATCH` markers or
+    :data:`LEDGER_ROW_GROUPS` row groups, written by the driver as tasks finish:
+    :class:`Compactor`) and only the loose markers no ledger holds (tasks that finished after
+    the last ledger): ``done / LEDGER_BATCH`` reads plus at most a batch and a window's,
+    instead of one read per finished task. At most ``ahead`` ledgers are read ahead of the
+    caller: a rerun of a 100 TB run (~100 M row groups in its phase-2 markers, ~70 GB as
+    dicts) folds them a ledger at a time instead of holding them all.
     """
     loc = store.replicas[0].loc
     try:
@@ -301,35 +334,77 @@ def read_state(store: ReplicaSet, folder: str) -> dict[str, dict[str, Any]] | No
         if classify(exc) != PERMANENT:
             raise
         return None
+    return _stream(store, names, max(1, ahead))
+
+
+def _stream(store: ReplicaSet, names: list[str], ahead: int
+            ) -> Iterator[tuple[str, Marker]]:
     ledgers = [n for n in names if n.rpartition("/")[2].startswith(LEDGER_PREFIX)]
-    found: dict[str, dict[str, Any]] = {}
-    with ThreadPoolExecutor(8) as pool:
-        for got in pool.map(lambda n: get_json(store, n), ledgers):
-            found.update(got or {})
-        loose = [n for n in names if n.endswith(".done.json") and n not in found]
-        for n, d in zip(loose, pool.map(lambda n: get_json(store, n), loose), strict=True):
+    in_ledgers: set[str] = set()
+    with ThreadPoolExecutor(ahead) as pool:
+        for got in _read_ahead(pool, lambda n: get_json(store, n), ledgers, ahead):
+            for path, d in (got or {}).items():
+                in_ledgers.add(path)
+                yield path, d
+        loose = [n for n in names if n.endswith(".done.json") and n not in in_ledgers]
+        del in_ledgers
+        for n, d in zip(loose, _read_ahead(pool, lambda n: get_json(store, n), loose,
+                                           ahead * 8), strict=True):
             if d is not None:
-                found[n] = d
-    return found
+                yield n, d
+
+
+def _read_ahead(pool: ThreadPoolExecutor, read: Callable[[str], Any], names: list[str],
+                ahead: int) -> Iterator[Any]:
+    """``map(read, names)`` on ``pool``, in order, with at most ``ahead`` reads not yet taken
+    (``Executor.map`` submits them all at once and keeps every result until it is taken)."""
+    pending: deque[Future[Any]] = deque()
+    names_left = iter(names)
+    try:
+        for name in islice(names_left, ahead):
+            pending.append(pool.submit(read, name))
+        while pending:
+            got = pending.popleft().result()
+            for name in islice(names_left, 1):
+                pending.append(pool.submit(read, name))
+            yield got
+    finally:
+        for fut in pending:
+            fut.cancel()
+
+
+def slim_phase_one(d: Marker) -> Marker:
+    """A phase-1 marker as the driver keeps it across a rerun: its shard without the row
+    groups (the driver folds counts, :class:`PhaseOneResults`; a partition whose work files
+    must be verified gets its whole marker read again, :func:`load_one`)."""
+    shard = d.get("shard")
+    if isinstance(shard, dict) and shard.get("row_groups"):
+        d = {**d, "shard": {**shard, "row_groups": []}}
+    return d
 
 
 class Compactor:
-    """The driver's ledger of finished tasks: every :data:`LEDGER_BATCH` markers (or
-    :data:`LEDGER_S` seconds) one ``ledger-*.json`` in the markers' folder holding them, so
-    a rerun reads a ledger per batch (:func:`read_state`), not a marker per task. The loose
-    markers stay (the tasks write them; a driver killed before its next ledger loses
-    nothing): the ledger is a copy, read first."""
+    """The driver's ledger of finished tasks: every :data:`LEDGER_BATCH` markers,
+    :data:`LEDGER_ROW_GROUPS` row groups in them (or :data:`LEDGER_S` seconds) one
+    ``ledger-*.json`` in the markers' folder holding them, so a rerun reads a ledger per
+    batch (:func:`read_state`), not a marker per task. The loose markers stay (the tasks write
+    them; a driver killed before its next ledger loses nothing): the ledger is a copy, read
+    first."""
 
     def __init__(self, store: ReplicaSet, folder: str, batch: int = LEDGER_BATCH,
-                 every_s: float = LEDGER_S) -> None:
+                 every_s: float = LEDGER_S, row_groups: int = LEDGER_ROW_GROUPS) -> None:
         self.store, self.folder, self.batch, self.every_s = store, folder, batch, every_s
+        self.row_groups = row_groups
         self.pending: dict[str, dict[str, Any]] = {}
+        self.pending_groups = 0
         self.written = 0
         self._since = time.monotonic()
 
     def add(self, path: str, obj: PhaseOne | PhaseTwo) -> None:
         self.pending[path] = marker(obj)
-        if len(self.pending) >= self.batch or time.monotonic() - self._since >= self.every_s:
+        self.pending_groups += len(obj.shard.row_groups) if obj.shard is not None else 0
+        if (len(self.pending) >= self.batch or self.pending_groups >= self.row_groups
+                or time.monotonic() - self._since >= self.every_s):
             self.flush()
 
     def flush(self) -> None:
@@ -345,6 +420,7 @@ class Compactor:
         except OSError:
             pass
         self.pending = {}
+        self.pending_groups = 0
 
 
 def marker(obj: PhaseOne | PhaseTwo) -> dict[str, Any]:

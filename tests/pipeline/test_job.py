@@ -12,8 +12,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given
+from hypothesis import settings as hyp_settings
+from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from pipeline.cleaning import Cleaner
@@ -318,3 +322,53 @@ def test_shard_compression_lz4_and_none_hold_the_same_tokens(
         assert rows(str(out)) == want
         assert torch.equal(epoch(str(out)), want_epoch)  # under footers made from the index
         assert verify(ReplicaSet.from_urls([str(out)])).ok
+
+
+def _marker_variants(index: int, salt: int) -> list[Any]:
+    """Markers a phase-2 path may hold: usable ones (with a shard, or none for a partition
+    without rows) and unusable ones (another index, a misnamed shard, not a dict)."""
+    from pipeline import work
+    from storage import RowGroupInfo
+    from storage.format.layout import shard_name
+
+    sha = hashlib.sha256(f"{index}-{salt}".encode()).hexdigest()
+    shard = ShardInfo(shard_name(index, sha), rows=salt + 1, tokens=10 * (salt + 1), bytes=50,
+                      sha256=sha, row_groups=(RowGroupInfo(salt + 1, 10 * (salt + 1), 4, 50,
+                                                           sha),))
+    def stored(two: work.PhaseTwo) -> dict[str, Any]:
+        return json.loads(json.dumps(work.marker(two)))  # as a ledger holds it
+
+    good = stored(work.PhaseTwo(index, shard, {"exact": salt}))
+    return [good, stored(work.PhaseTwo(index, None)),
+            {**good, "index": index + 1}, {**good, "shard": {**good["shard"], "path": "x"}},
+            {**good, "index": True}, None, [good], {}]
+
+
+@hyp_settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 7), st.integers(0, 3)),
+                max_size=30))
+def test_folding_phase_two_markers_as_they_stream_is_folding_the_last_per_path(
+        entries: list[tuple[int, int, int]]) -> None:
+    """A rerun folds an earlier phase 2's markers ledger by ledger (a later marker for a
+    path replacing an earlier, even an unusable one): the partitions done, their duplicates
+    and shards are those of folding only the last marker per path, as the whole dict did."""
+    from pipeline import work
+    from pipeline.job import _named, fold_phase_two
+
+    n = 5  # index 5 is outside the run: its markers never count
+    pairs = [(work.done2_path("rk", i), _marker_variants(i, salt)[v]) for i, v, salt in entries]
+    streamed = work.PhaseTwoResults()
+    fold_phase_two(iter(pairs), "rk", n, streamed)
+    last = dict(pairs)
+    expected = work.PhaseTwoResults()
+    for path, d in last.items():  # the fold before streaming, over the dict of every marker
+        if (isinstance(d, dict) and type(d.get("index")) is int and 0 <= d["index"] < n
+                and path == work.done2_path("rk", d["index"]) and _named(d.get("shard"),
+                                                                         d["index"])):
+            expected.add(work.PhaseTwo.from_dict(d))
+    assert streamed.done == expected.done
+    assert streamed.duplicates == expected.duplicates
+    assert streamed.shards.totals() == expected.shards.totals()
+    got, want = streamed.shards.columns(), expected.shards.columns()
+    assert got.keys() == want.keys()
+    assert all(np.array_equal(got[k], want[k]) for k in want)
