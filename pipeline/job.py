@@ -207,6 +207,16 @@ def fold_phase_two(markers: Iterable[tuple[str, Any]], rkey: str, n: int,
             twos.discard(held.pop(path))
 
 
+def reusable_phase_one(d: Any, params: StageParams) -> work.PhaseOne | None:
+    """An earlier run's phase-1 marker as the driver keeps it (:func:`pipeline.work.counts_only`),
+    or ``None`` where it is not reusable: a marker with rows but no shard entry (or, near-dup,
+    no sketches) is from an older version, and the partition is redone."""
+    if not (isinstance(d, dict) and (d.get("shard") or not d.get("rows"))
+            and not needs_sketches(d, params)):
+        return None
+    return work.counts_only(d)
+
+
 def _whole(scratch: ReplicaSet, key: str) -> work.PhaseOne | None:
     """Partition ``key``'s whole phase-1 marker (``None``: gone since the state was read)."""
     try:
@@ -245,9 +255,17 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
     keys = plan.keys(salt)
     n = len(plan)
     scratch = work.work_store(store)
-    # (row groups dropped as each ledger is read: the driver folds counts, ~1 KB a row group
-    # in the markers otherwise, ~70 GB as dicts at 100 TB)
-    state1 = work.read_state(scratch, work.DONE1_DIR, slim=work.slim_phase_one)
+    params = StageParams(cfg.read_options, cfg.cleaning, cfg.dedup == "exact", cfg.near_dup,
+                         (cfg.minhash_perms, cfg.minhash_bands, cfg.shingle_words,
+                          cfg.minhash_rows), tok.sha256,
+                         tok.vocab_size, tok.eos_id, cfg.encode_batch_docs,
+                         cfg.row_group_tokens, cfg.strict, cfg.storage_options,
+                         web=cfg.web_config, shard_compression=cfg.shard_compression)
+    # Each marker kept as its counts (or None: not reusable) as its ledger is read: the dict
+    # of whole markers held every rows file's row groups (~70 GB at 100 TB), ~3 KB a
+    # partition even without them (~30 GB at 10 M partitions of small files).
+    state1 = work.read_state(scratch, work.DONE1_DIR,
+                             slim=lambda d: reusable_phase_one(d, params))
     # The run key hashes every partition key: computed up front only when a phase 2 may have
     # left markers under it; otherwise while phase 1's tasks are submitted (below).
     rkey = work.run_key(keys) if _phase_two_started(scratch) else ""
@@ -258,12 +276,6 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
             stream2 = ((work.done2_path(rkey, i), work.get_json(scratch, work.done2_path(rkey, i)))
                        for i in range(n))
         fold_phase_two(stream2, rkey, n, twos)
-    params = StageParams(cfg.read_options, cfg.cleaning, cfg.dedup == "exact", cfg.near_dup,
-                         (cfg.minhash_perms, cfg.minhash_bands, cfg.shingle_words,
-                          cfg.minhash_rows), tok.sha256,
-                         tok.vocab_size, tok.eos_id, cfg.encode_batch_docs,
-                         cfg.row_group_tokens, cfg.strict, cfg.storage_options,
-                         web=cfg.web_config, shard_compression=cfg.shard_compression)
     tag = uuid.uuid4().hex[:8]
     opts: dict[str, Any] = {"pure": False, "retries": cfg.retries}
 
@@ -272,13 +284,11 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
     # left to do under dedup, else only the rows of partitions whose phase 2 is left.
     read_all = dedup and len(twos) < n
 
-    def done1(k: str) -> dict[str, Any] | None:
+    def done1(k: str) -> work.PhaseOne | None:
         path = work.done1_path(k)
-        d = state1.get(path) if state1 is not None else work.get_json(scratch, path)
-        # A phase-1 marker with rows but no shard entry (or, near-dup, no sketches) is from
-        # an older version: redo it.
-        return d if d and (d.get("shard") or not d.get("rows")) and not needs_sketches(
-            d, params) else None
+        if state1 is not None:
+            return state1.get(path)
+        return reusable_phase_one(work.get_json(scratch, path), params)
 
     ones = work.PhaseOneResults(n)
     hasher = None if rkey else hashlib.sha256()
@@ -289,8 +299,7 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
             k = keys[i]
             if hasher is not None:
                 hasher.update((f"\n{k}" if i else k).encode())
-            d = done1(k)
-            earlier = work.PhaseOne.from_dict(d) if d else None
+            earlier = done1(k)
             # Work files written without fsync are verified by a task before they are read
             # again (a power loss may have kept the marker but not the files); a read, not a
             # redo, when they are fine. Where they are not read again, the marker's counts are

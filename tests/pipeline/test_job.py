@@ -372,3 +372,30 @@ def test_folding_phase_two_markers_as_they_stream_is_folding_the_last_per_path(
     got, want = streamed.shards.columns(), expected.shards.columns()
     assert got.keys() == want.keys()
     assert all(np.array_equal(got[k], want[k]) for k in want)
+
+
+def test_a_rerun_reuses_only_markers_of_this_version() -> None:
+    """An earlier phase-1 marker is kept as its counts when reusable; one with rows but no
+    shard entry (an older version), or without sketches for a near-dup run, is redone."""
+    from pipeline import work
+    from pipeline.cleaning import CleaningConfig
+    from pipeline.job import reusable_phase_one
+    from pipeline.stages import StageParams
+
+    def params(near_dup: bool) -> StageParams:
+        return StageParams(ReadOptions(), CleaningConfig(), True, near_dup, (128, 16, 5),
+                           "0" * 64, 50257, 50256, 64, 1 << 18, False)
+
+    shard = {"path": "_work/p1/k.rows.parquet", "rows": 5, "tokens": 9, "bytes": 10,
+             "sha256": "ab" * 32, "row_groups": [{"rows": 5, "tokens": 9}]}
+    marker = json.loads(json.dumps(work.marker(work.PhaseOne(4, "k", docs_in=6, rows=5,
+                                                            tokens=9))))
+    kept = reusable_phase_one({**marker, "shard": shard}, params(False))
+    assert kept is not None and (kept.index, kept.rows, kept.shard, kept.key) == (4, 5, None, "")
+    assert reusable_phase_one(marker, params(False)) is None  # rows, no shard entry
+    assert reusable_phase_one({**marker, "rows": 0}, params(False)) is not None  # no rows
+    assert reusable_phase_one({**marker, "shard": shard}, params(True)) is None  # no sketches
+    assert reusable_phase_one({**marker, "shard": shard, "sketches_sha256": "cd" * 32},
+                              params(True)) is not None
+    assert reusable_phase_one(None, params(False)) is None
+    assert reusable_phase_one([marker], params(False)) is None

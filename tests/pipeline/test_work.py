@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline import work
-from storage import ReplicaSet, RowGroupInfo, ShardInfo
+from storage import ObjectInfo, ReplicaSet, RowGroupInfo, ShardInfo
 from storage.format.layout import shard_name
 
 
@@ -211,18 +211,44 @@ def test_phase_two_ledgers_are_cut_by_row_groups(tmp_path: Path) -> None:
     assert state is not None and sorted(state) == [work.done2_path("run", i) for i in range(7)]
 
 
-def test_a_rerun_keeps_phase_one_markers_without_row_groups(tmp_path: Path) -> None:
-    """The driver folds phase 1's counts: the state a rerun keeps has no row groups (the
-    markers on the store keep theirs: a task that verifies work files reads the whole one)."""
+def test_a_rerun_keeps_phase_one_markers_as_their_counts(tmp_path: Path) -> None:
+    """The driver folds phase 1's counts: the state a rerun keeps per partition has no names,
+    checksums or row groups, a fraction of the marker's dicts (the markers on the store keep
+    everything: a task that verifies work files reads the whole one)."""
     store = ReplicaSet.from_urls([str(tmp_path)])
-    one = work.PhaseOne(3, "k3", rows=12, tokens=3_000, shard=_shard(3, 50))
-    work.put_json(store, work.done1_path("k3"), work.marker(one))
-    state = work.read_state(store, work.DONE1_DIR, slim=work.slim_phase_one)
-    assert state is not None
-    kept = work.PhaseOne.from_dict(state[work.done1_path("k3")])
-    assert kept.shard is not None and kept.shard.row_groups == ()
-    assert (kept.rows, kept.tokens, kept.shard.sha256) == (12, 3_000, one.shard.sha256)
-    assert work.load_one(store, "k3").shard == one.shard
+    quarantine = ObjectInfo("quarantine/part-00003-ab.jsonl", 10, "ab" * 32)
+    for i in range(200):
+        one = work.PhaseOne(i, f"k{i}", docs_in=13, rows=12, tokens=3_000,
+                            dropped={"empty": 1}, quarantined={"bad_utf8": 1},
+                            quarantine=quarantine if i == 3 else None, shard=_shard(i, 8),
+                            keys_sha256="cd" * 32, durable=i % 2 == 0)
+        work.put_json(store, work.done1_path(f"k{i}"), work.marker(one))
+    tracemalloc.start()
+    try:
+        kept = work.read_state(store, work.DONE1_DIR, slim=work.counts_only)
+        slim = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    tracemalloc.start()
+    try:
+        whole = work.read_state(store, work.DONE1_DIR)
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert kept is not None and whole is not None
+    k3 = kept[work.done1_path("k3")]
+    assert (k3.index, k3.docs_in, k3.rows, k3.tokens, k3.durable, k3.resumed) == (
+        3, 13, 12, 3_000, False, True)
+    assert (k3.dropped, k3.quarantined, k3.quarantine) == ({"empty": 1}, {"bad_utf8": 1},
+                                                           quarantine)
+    assert (k3.shard, k3.key, k3.keys_sha256) == (None, "", "")
+    ones, again = work.PhaseOneResults(200), work.PhaseOneResults(200)
+    for path in sorted(kept):
+        ones.add(kept[path])
+        again.add(work.PhaseOne.from_dict(whole[path]))
+    assert ones.total() == again.total() and (ones.rows == again.rows).all()
+    assert slim * 5 < held, (slim, held)
+    assert work.load_one(store, "k3").shard == _shard(3, 8)
 
 
 def test_folding_an_earlier_runs_phase_two_holds_a_ledger_at_a_time(tmp_path: Path) -> None:
