@@ -212,16 +212,8 @@ class ShardflowLoader:
 
     def _pieces(self) -> Iterator[tuple[np.ndarray, list[int]]]:
         """``(samples, batch sizes)``: the rest of this rank's epoch, whole batches a piece."""
-        held: list[np.ndarray] = []
-        count = 0
-        for batch in rank_stream(self.source, self.layout, self.progress).batches():
-            held.append(batch)
-            count += len(batch)
-            if count >= STREAM_SAMPLES:
-                yield np.concatenate(held), [len(b) for b in held]
-                held, count = [], 0
-        if held:
-            yield np.concatenate(held), [len(b) for b in held]
+        stream = rank_stream(self.source, self.layout, self.progress)
+        return plan.batch_pieces(stream.chunks(), self.layout.batch, STREAM_SAMPLES)
 
     def _in_process(self) -> Batches:
         for samples, sizes in self._pieces():

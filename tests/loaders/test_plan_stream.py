@@ -139,3 +139,32 @@ def test_rank_stream_of_a_source_by_column_and_drawn_whole() -> None:
         for source in (group, _Materialised(group)):
             stream = rank_stream(source, layout, progress, chunk_samples=50)  # type: ignore[arg-type]
             assert stream.materialise().tolist() == want
+
+
+def _grouped_batches(chunks: list[np.ndarray], batch: int, at_least: int
+                     ) -> list[tuple[list[int], list[int]]]:
+    """What the loader did before :func:`plan.batch_pieces`: cut the stream into batches
+    (:func:`plan.rebatch`), then join them into pieces of at least ``at_least`` samples."""
+    out, held, count = [], [], 0
+    for b in plan.rebatch(iter(chunks), batch):
+        held.append(b)
+        count += len(b)
+        if count >= at_least:
+            out.append((np.concatenate(held).tolist(), [len(x) for x in held]))
+            held, count = [], 0
+    if held:
+        out.append((np.concatenate(held).tolist(), [len(x) for x in held]))
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.integers(0, 50), max_size=12), st.integers(1, 9), st.integers(0, 60))
+def test_batch_pieces_are_the_grouped_batches(chunk_sizes, batch, at_least) -> None:
+    """The loader's pieces come straight from the plan's chunks: the same samples, the same
+    piece boundaries and batch sizes as cutting batches one at a time and joining them."""
+    bounds = np.cumsum([0, *chunk_sizes])
+    stream = np.arange(bounds[-1], dtype=np.int64) * 7 + 3
+    chunks = [stream[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    got = [(s.tolist(), sizes) for s, sizes in plan.batch_pieces(iter(chunks), batch,
+                                                                 at_least)]
+    assert got == _grouped_batches(chunks, batch, at_least)
