@@ -214,14 +214,21 @@ def reusable_phase_one(d: Any, params: StageParams) -> work.PhaseOne | None:
     if not (isinstance(d, dict) and (d.get("shard") or not d.get("rows"))
             and not needs_sketches(d, params)):
         return None
-    return work.counts_only(d)
-
-
-def _whole(scratch: ReplicaSet, key: str) -> work.PhaseOne | None:
-    """Partition ``key``'s whole phase-1 marker (``None``: gone since the state was read)."""
     try:
-        return work.load_one(scratch, key)
-    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return work.counts_only(d)
+    except (TypeError, ValueError, KeyError):  # fields this version does not know: redo it
+        return None
+
+
+def _whole(scratch: ReplicaSet, key: str, params: StageParams) -> work.PhaseOne | None:
+    """Partition ``key``'s whole phase-1 marker, for its task to verify the work files
+    against (``None``: gone, or no longer reusable, since the state was read: redo it)."""
+    d = work.get_json(scratch, work.done1_path(key))
+    if reusable_phase_one(d, params) is None:
+        return None
+    try:
+        return work.PhaseOne.from_dict(d)  # type: ignore[arg-type]
+    except (TypeError, ValueError, KeyError):
         return None
 
 
@@ -309,7 +316,7 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
                 bar.update(1)
             else:
                 # the task verifies the work files against the whole marker, not the slim copy
-                yield i, k, _whole(scratch, k) if earlier else None
+                yield i, k, _whole(scratch, k, params) if earlier else None
 
     def submit_one(task: tuple[int, str, work.PhaseOne | None]) -> Future:
         i, k, earlier = task

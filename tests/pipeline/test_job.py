@@ -399,3 +399,19 @@ def test_a_rerun_reuses_only_markers_of_this_version() -> None:
                               params(True)) is not None
     assert reusable_phase_one(None, params(False)) is None
     assert reusable_phase_one([marker], params(False)) is None
+
+
+def test_a_marker_this_version_cannot_read_is_redone_not_a_crash() -> None:
+    """A phase-1 marker with fields this version does not know (a newer writer, a damaged
+    file) counts as not done: the partition is redone rather than the rerun failing."""
+    from pipeline import work
+    from pipeline.cleaning import CleaningConfig
+    from pipeline.job import reusable_phase_one
+    from pipeline.stages import StageParams
+
+    params = StageParams(ReadOptions(), CleaningConfig(), True, False, (128, 16, 5), "0" * 64,
+                         50257, 50256, 64, 1 << 18, False)
+    marker = json.loads(json.dumps(work.marker(work.PhaseOne(1, "k", rows=0))))
+    assert reusable_phase_one(marker, params) is not None
+    assert reusable_phase_one({**marker, "from_the_future": 1}, params) is None
+    assert reusable_phase_one({**marker, "quarantine": {"path": "q"}}, params) is None
