@@ -220,6 +220,37 @@ def reusable_phase_one(d: Any, params: StageParams) -> work.PhaseOne | None:
         return None
 
 
+def fold_phase_one(markers: Iterable[tuple[str, Any]], keys: Sequence[str],
+                   params: StageParams) -> work.PhaseOneState:
+    """An earlier run's phase-1 markers (``(path, marker)`` pairs, a later pair for a path
+    replacing an earlier: :func:`pipeline.work.stream_state`) kept by partition as their
+    counts, or as not reusable (:func:`reusable_phase_one`), holding none of them.
+
+    A marker is placed by its ``index`` where its path is that partition's marker path (the
+    key computed for it: no map of every path is held). One that is not (not a dict, another
+    partition's index: damage) makes its path's partition be redone unless a later marker for
+    it places; finding that partition computes every key once, in that rare case only.
+    """
+    n = len(keys)
+    state = work.PhaseOneState(n)
+    placed_at = np.zeros(n, dtype=np.int64)  # each partition's last placed marker, 1-based
+    misplaced: dict[str, int] = {}  # path -> its last unplaceable marker, 1-based
+    for seq, (path, d) in enumerate(markers, start=1):
+        i = d.get("index") if isinstance(d, dict) else None
+        if (isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n
+                and path == work.done1_path(keys[i])):
+            state.put(i, reusable_phase_one(d, params))
+            placed_at[i] = seq
+        else:
+            misplaced[path] = seq
+    if misplaced:
+        for i, k in enumerate(keys):
+            seq = misplaced.get(work.done1_path(k))
+            if seq is not None and placed_at[i] < seq:
+                state.put(i, None)
+    return state
+
+
 def _whole(scratch: ReplicaSet, key: str, params: StageParams) -> work.PhaseOne | None:
     """Partition ``key``'s whole phase-1 marker, for its task to verify the work files
     against (``None``: gone, or no longer reusable, since the state was read: redo it)."""
@@ -253,7 +284,7 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
 
     Partitions, their keys and their work-file names are made one at a time as tasks are
     submitted (``plan`` is compact, :class:`pipeline.plan.PartitionPlan`); what earlier runs
-    finished is read once per phase from the markers' ledgers (:func:`pipeline.work.read_state`).
+    finished is read once per phase from the markers' ledgers (:func:`pipeline.work.stream_state`).
     Phase 1's results are folded into arrays and sums as they come
     (:class:`pipeline.work.PhaseOneResults`); a phase-2 task reads its partitions' phase-1
     results from their markers itself.
@@ -268,11 +299,11 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
                          tok.vocab_size, tok.eos_id, cfg.encode_batch_docs,
                          cfg.row_group_tokens, cfg.strict, cfg.storage_options,
                          web=cfg.web_config, shard_compression=cfg.shard_compression)
-    # Each marker kept as its counts (or None: not reusable) as its ledger is read: the dict
-    # of whole markers held every rows file's row groups (~70 GB at 100 TB), ~3 KB a
+    # Each marker kept as its counts (by partition, in arrays) as its ledger is read: the
+    # dict of whole markers held every rows file's row groups (~70 GB at 100 TB), ~3 KB a
     # partition even without them (~30 GB at 10 M partitions of small files).
-    state1 = work.read_state(scratch, work.DONE1_DIR,
-                             slim=lambda d: reusable_phase_one(d, params))
+    stream1 = work.stream_state(scratch, work.DONE1_DIR)
+    state1 = None if stream1 is None else fold_phase_one(stream1, keys, params)
     # The run key hashes every partition key: computed up front only when a phase 2 may have
     # left markers under it; otherwise while phase 1's tasks are submitted (below).
     rkey = work.run_key(keys) if _phase_two_started(scratch) else ""
@@ -291,11 +322,10 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
     # left to do under dedup, else only the rows of partitions whose phase 2 is left.
     read_all = dedup and len(twos) < n
 
-    def done1(k: str) -> work.PhaseOne | None:
-        path = work.done1_path(k)
+    def done1(i: int, k: str) -> work.PhaseOne | None:
         if state1 is not None:
-            return state1.get(path)
-        return reusable_phase_one(work.get_json(scratch, path), params)
+            return state1.get(i)
+        return reusable_phase_one(work.get_json(scratch, work.done1_path(k)), params)
 
     ones = work.PhaseOneResults(n)
     hasher = None if rkey else hashlib.sha256()
@@ -306,7 +336,7 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
             k = keys[i]
             if hasher is not None:
                 hasher.update((f"\n{k}" if i else k).encode())
-            earlier = done1(k)
+            earlier = done1(i, k)
             # Work files written without fsync are verified by a task before they are read
             # again (a power loss may have kept the marker but not the files); a read, not a
             # redo, when they are fine. Where they are not read again, the marker's counts are

@@ -37,8 +37,8 @@ from storage.io.retry import PERMANENT, classify
 class PhaseOne:
     """What phase 1 of one partition found: counts, and where its work files are.
 
-    Slotted: a rerun's driver keeps one per finished partition (:func:`counts_only`), ~10 M
-    of them for a corpus of small files."""
+    Slotted: a rerun's driver makes one per finished partition (:func:`counts_only`), ~10 M
+    of them for a corpus of small files, and folds it (:class:`PhaseOneState`)."""
 
     index: int
     key: str
@@ -129,6 +129,69 @@ class PhaseOneResults:
                         tokens=self.tokens, dropped=dict(self.dropped),
                         changed=dict(self.changed), quarantined=dict(self.quarantined),
                         quarantine=q[0] if q else None)
+
+
+class PhaseOneState:
+    """An earlier run's phase-1 markers as a rerun's driver keeps them: by partition index, in
+    arrays, only what :class:`PhaseOneResults` folds and whether the work files were synced.
+
+    Filled as the ledgers stream (:func:`stream_state`), a later marker for a partition
+    replacing an earlier one, as the dict of every marker did. That dict held ~3 KB a
+    partition plus ~700 bytes for each row group of its rows file, and a ``PhaseOne`` of the
+    counts alone ~0.7 KB with its path: ~7 GB at 10 M partitions of small files. Here: 25 bytes
+    a partition and 4 per partition for each drop, change or quarantine reason any marker
+    names (a handful), plus the quarantine objects of the partitions that have one.
+    """
+
+    NONE, SYNCED, UNSYNCED = 0, 1, 2
+    _COUNTED = ("dropped", "changed", "quarantined")
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.kind = np.zeros(n, dtype=np.uint8)
+        self.rows = np.zeros(n, dtype=np.int64)
+        self.docs_in = np.zeros(n, dtype=np.int64)
+        self.tokens = np.zeros(n, dtype=np.int64)
+        #: (field, reason) -> count per partition (a reason's column is made when first seen)
+        self.counts: dict[tuple[str, str], np.ndarray] = {}
+        self.quarantine: dict[int, ObjectInfo] = {}
+
+    def put(self, index: int, one: PhaseOne | None) -> None:
+        """Partition ``index``'s marker (``None``: present but not reusable: redo it)."""
+        for column in self.counts.values():
+            column[index] = 0
+        self.quarantine.pop(index, None)
+        if one is None:
+            self.kind[index] = self.NONE
+            self.rows[index] = self.docs_in[index] = self.tokens[index] = 0
+            return
+        self.kind[index] = self.SYNCED if one.durable else self.UNSYNCED
+        self.rows[index], self.docs_in[index], self.tokens[index] = (
+            one.rows, one.docs_in, one.tokens)
+        for name in self._COUNTED:
+            for reason, count in getattr(one, name).items():
+                column = self.counts.get((name, reason))
+                if column is None:
+                    column = self.counts[(name, reason)] = np.zeros(self.n, dtype=np.uint32)
+                if count >= 1 << 32 and column.dtype != np.int64:
+                    column = self.counts[(name, reason)] = column.astype(np.int64)
+                column[index] = count
+        if one.quarantine is not None:
+            self.quarantine[index] = one.quarantine
+
+    def get(self, index: int) -> PhaseOne | None:
+        """Partition ``index``'s counts as a :class:`PhaseOne` (``None``: nothing reusable)."""
+        kind = int(self.kind[index])
+        if kind == self.NONE:
+            return None
+        per: dict[str, dict[str, int]] = {name: {} for name in self._COUNTED}
+        for (name, reason), column in self.counts.items():
+            if column[index]:
+                per[name][reason] = int(column[index])
+        return PhaseOne(index, "", docs_in=int(self.docs_in[index]),
+                        rows=int(self.rows[index]), tokens=int(self.tokens[index]),
+                        quarantine=self.quarantine.get(index), durable=kind == self.SYNCED,
+                        resumed=True, **per)
 
 
 class PhaseTwoResults:
