@@ -409,7 +409,9 @@ def _stream(store: ReplicaSet, names: list[str], ahead: int
     in_ledgers: set[str] = set()
     with ThreadPoolExecutor(ahead) as pool:
         for got in _read_ahead(pool, lambda n: get_json(store, n), ledgers, ahead):
-            for path, d in (got or {}).items():
+            # A ledger is a copy: one that is not a dict of markers (torn, damaged) is skipped,
+            # and the loose markers it held are read instead.
+            for path, d in got.items() if isinstance(got, dict) else ():
                 in_ledgers.add(path)
                 yield path, d
         loose = [n for n in names if n.endswith(".done.json") and n not in in_ledgers]

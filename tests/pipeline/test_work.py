@@ -280,3 +280,23 @@ def test_folding_an_earlier_runs_phase_two_holds_a_ledger_at_a_time(tmp_path: Pa
     assert len(twos) == n and twos.shards.totals() == twos_whole.shards.totals()
     assert twos.shards.totals().row_groups == n * groups
     assert streamed * 3 < whole, (streamed, whole)  # measured 11.6 vs 49.8 MB
+
+
+def test_a_damaged_ledger_is_read_around(tmp_path: Path) -> None:
+    """A ledger that is not a dict of markers (torn by a crash, overwritten) costs reads, not
+    the rerun: its markers are read loose, as if it had never been written."""
+    store = ReplicaSet.from_urls([str(tmp_path)])
+    ledger = work.Compactor(store, work.DONE1_DIR, batch=3)
+    for i in range(6):
+        one = work.PhaseOne(i, f"k{i}", rows=i)
+        work.put_json(store, work.done1_path(one.key), work.marker(one))
+        ledger.add(work.done1_path(one.key), one)
+    assert ledger.written == 2
+    names = sorted(p.name for p in (tmp_path / work.DONE1_DIR).iterdir()
+                   if p.name.startswith(work.LEDGER_PREFIX))
+    (tmp_path / work.DONE1_DIR / names[0]).write_text("[1, 2, 3]")
+    (tmp_path / work.DONE1_DIR / names[1]).write_text('{"torn": ')
+    state = work.read_state(store, work.DONE1_DIR)
+    assert state is not None
+    assert {p: d["rows"] for p, d in state.items()} == {
+        work.done1_path(f"k{i}"): i for i in range(6)}
