@@ -56,6 +56,7 @@ from pipeline.stages import (
     StageParams,
     needs_sketches,
     phase_one,
+    phase_one_again,
     phase_two,
     phase_two_each,
     sample_texts,
@@ -211,8 +212,7 @@ def reusable_phase_one(d: Any, params: StageParams) -> work.PhaseOne | None:
     """An earlier run's phase-1 marker as the driver keeps it (:func:`pipeline.work.counts_only`),
     or ``None`` where it is not reusable: a marker with rows but no shard entry (or, near-dup,
     no sketches) is from an older version, and the partition is redone."""
-    if not (isinstance(d, dict) and (d.get("shard") or not d.get("rows"))
-            and not needs_sketches(d, params)):
+    if not work.reusable_marker(d) or needs_sketches(d, params):
         return None
     try:
         return work.counts_only(d)
@@ -249,18 +249,6 @@ def fold_phase_one(markers: Iterable[tuple[str, Any]], keys: Sequence[str],
             if seq is not None and placed_at[i] < seq:
                 state.put(i, None)
     return state
-
-
-def _whole(scratch: ReplicaSet, key: str, params: StageParams) -> work.PhaseOne | None:
-    """Partition ``key``'s whole phase-1 marker, for its task to verify the work files
-    against (``None``: gone, or no longer reusable, since the state was read: redo it)."""
-    d = work.get_json(scratch, work.done1_path(key))
-    if reusable_phase_one(d, params) is None:
-        return None
-    try:
-        return work.PhaseOne.from_dict(d)  # type: ignore[arg-type]
-    except (TypeError, ValueError, KeyError):
-        return None
 
 
 def _phase_two_started(scratch: ReplicaSet) -> bool:
@@ -331,7 +319,7 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
     hasher = None if rkey else hashlib.sha256()
     bar.update(len(twos))
 
-    def redo() -> Iterator[tuple[int, str, work.PhaseOne | None]]:
+    def redo() -> Iterator[tuple[int, str, bool]]:
         for i in range(n):
             k = keys[i]
             if hasher is not None:
@@ -344,14 +332,13 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
             if earlier and (earlier.durable or not (read_all or i not in twos)):
                 ones.add(earlier)
                 bar.update(1)
-            else:
-                # the task verifies the work files against the whole marker, not the slim copy
-                yield i, k, _whole(scratch, k, params) if earlier else None
+            else:  # (True: an earlier result whose files its task verifies, or redoes)
+                yield i, k, earlier is not None
 
-    def submit_one(task: tuple[int, str, work.PhaseOne | None]) -> Future:
-        i, k, earlier = task
-        return client.submit(phase_one, plan[i], k, store, params, earlier,
-                             key=f"phase1-{i:05d}-{tag}", **opts)
+    def submit_one(task: tuple[int, str, bool]) -> Future:
+        i, k, again = task
+        return client.submit(phase_one_again if again else phase_one, plan[i], k, store,
+                             params, key=f"phase1-{i:05d}-{tag}", **opts)
 
     ledger1 = work.Compactor(scratch, work.DONE1_DIR)
     for _task, one in window.run(submit_one, redo()):

@@ -232,6 +232,15 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
     return result
 
 
+def phase_one_again(part: Partition, key: str, store: ReplicaSet, p: StageParams
+                    ) -> work.PhaseOne:
+    """:func:`phase_one` of a partition an earlier run finished without syncing its work
+    files: its whole marker is read here, on the worker (a rerun's driver keeps its counts
+    only, and reading ~10 M markers one by one in the driver would take minutes), and the
+    files are verified against it."""
+    return phase_one(part, key, store, p, work.load_reusable(store, key))
+
+
 def needs_sketches(one: work.PhaseOne | dict[str, Any], p: StageParams) -> bool:
     """Whether an earlier phase 1 (a result or its marker) lacks the near-dup sketches this
     run verifies candidates with (written by a run without near-dup, or by an older

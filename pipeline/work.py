@@ -38,7 +38,7 @@ class PhaseOne:
     """What phase 1 of one partition found: counts, and where its work files are.
 
     Slotted: a rerun's driver makes one per finished partition (:func:`counts_only`), ~10 M
-    of them for a corpus of small files, and folds it (:class:`PhaseOneState`)."""
+    of them for a corpus of small files, before folding it (:class:`PhaseOneState`)."""
 
     index: int
     key: str
@@ -365,17 +365,12 @@ STATE_READ_AHEAD = 8
 Marker = dict[str, Any]
 
 
-def read_state(store: ReplicaSet, folder: str,
-               slim: Callable[[Marker], Marker] | None = None) -> dict[str, Marker] | None:
+def read_state(store: ReplicaSet, folder: str) -> dict[str, Marker] | None:
     """Every marker under ``folder``: ``{marker path: marker}`` (the newest ledger's copy where
-    several hold one), or ``None`` when the store refuses to list (then each marker is read
-    where it is needed, :func:`get_json`). ``slim``: applied to each marker as it is read, so
-    that what is kept is what the caller needs (:func:`counts_only`), not every row group.
-    """
+    several hold one), or ``None`` when the store refuses to list. For inspection and tests:
+    a driver folds :func:`stream_state` instead, holding no marker."""
     stream = stream_state(store, folder)
-    if stream is None:
-        return None
-    return {path: slim(d) if slim is not None else d for path, d in stream}
+    return None if stream is None else dict(stream)
 
 
 def stream_state(store: ReplicaSet, folder: str, ahead: int = STATE_READ_AHEAD
@@ -441,12 +436,29 @@ def _read_ahead(pool: ThreadPoolExecutor, read: Callable[[str], Any], names: lis
             fut.cancel()
 
 
+def reusable_marker(d: Any) -> bool:
+    """Whether ``d`` can be an earlier phase 1's marker of this version: a dict, with a shard
+    entry for its rows (a marker with rows but none is an older version's: redo it)."""
+    return isinstance(d, dict) and bool(d.get("shard") or not d.get("rows"))
+
+
+def load_reusable(store: ReplicaSet, key: str) -> PhaseOne | None:
+    """Partition ``key``'s whole phase-1 marker where :func:`reusable_marker` (``None``: gone,
+    an older version's, or fields this version cannot read: redo it)."""
+    d = get_json(work_store(store), done1_path(key))
+    if not reusable_marker(d):
+        return None
+    try:
+        return PhaseOne.from_dict(d)  # type: ignore[arg-type]
+    except (TypeError, ValueError, KeyError):
+        return None
+
+
 def counts_only(d: Marker) -> PhaseOne:
     """A phase-1 marker as a rerun's driver keeps it: what :class:`PhaseOneResults` folds and
-    whether its work files were synced, none of its names, checksums or row groups. Measured
-    with its path as the state's key: ~0.7 KB a partition, where the marker's dicts held
-    ~3 KB plus ~700 bytes for each of its rows file's row groups. A partition whose unsynced
-    work files must be verified gets its whole marker read again (:func:`load_one`)."""
+    whether its work files were synced, none of its names, checksums or row groups (folded
+    into :class:`PhaseOneState`). A partition whose unsynced work files must be verified has
+    its whole marker read again by its task (:func:`load_reusable`)."""
     return PhaseOne.from_dict({**d, "key": "", "shard": None, "keys_sha256": "",
                                "sketches_sha256": ""})
 
@@ -455,7 +467,7 @@ class Compactor:
     """The driver's ledger of finished tasks: every :data:`LEDGER_BATCH` markers,
     :data:`LEDGER_ROW_GROUPS` row groups in them (or :data:`LEDGER_S` seconds) one
     ``ledger-*.json`` in the markers' folder holding them, so a rerun reads a ledger per
-    batch (:func:`read_state`), not a marker per task. The loose markers stay (the tasks write
+    batch (:func:`stream_state`), not a marker per task. The loose markers stay (the tasks write
     them; a driver killed before its next ledger loses nothing): the ledger is a copy, read
     first."""
 

@@ -25,9 +25,10 @@ from storage.format.index import (
     IndexHeader,
     check_counts,
     check_values,
-    encode,
+    digest_algorithm,
     encode_columns,
     header_bytes,
+    index_columns,
     read_index,
     shard_paths,
     shards_from_columns,
@@ -51,9 +52,8 @@ class PieceCache(Protocol):
 def write_index(store: ReplicaSet, shards: Sequence[ShardInfo]) -> IndexRef:
     """Put the index of ``shards`` (the store's quorum put; the name is its content's, so a
     rerun rewrites the same bytes under the same name) and return its reference."""
-    data, ref = encode(shards)
-    store.put(ref.path, data)
-    return ref
+    digest = digest_algorithm(shards)
+    return write_index_columns(store, index_columns(shards, digest), digest)
 
 
 def write_index_columns(store: ReplicaSet, columns: dict[str, np.ndarray],

@@ -225,7 +225,9 @@ def test_a_rerun_keeps_phase_one_markers_as_their_counts(tmp_path: Path) -> None
         work.put_json(store, work.done1_path(f"k{i}"), work.marker(one))
     tracemalloc.start()
     try:
-        kept = work.read_state(store, work.DONE1_DIR, slim=work.counts_only)
+        stream = work.stream_state(store, work.DONE1_DIR)
+        assert stream is not None
+        kept = {path: work.counts_only(d) for path, d in stream}
         slim = tracemalloc.get_traced_memory()[0]
     finally:
         tracemalloc.stop()
@@ -249,6 +251,26 @@ def test_a_rerun_keeps_phase_one_markers_as_their_counts(tmp_path: Path) -> None
     assert ones.total() == again.total() and (ones.rows == again.rows).all()
     assert slim * 5 < held, (slim, held)
     assert work.load_one(store, "k3").shard == _shard(3, 8)
+
+
+def test_a_task_reads_the_whole_marker_it_verifies_or_redoes(tmp_path: Path) -> None:
+    """A partition whose unsynced work files are verified on a rerun has its whole marker read
+    by its task (row groups and checksums: the driver kept counts only); one that is gone, an
+    older version's (rows but no shard entry) or unreadable to this version is redone."""
+    store = ReplicaSet.from_urls([str(tmp_path)])
+    one = work.PhaseOne(2, "k2", rows=5, shard=_shard(2, 4), keys_sha256="cd" * 32,
+                        durable=False)
+    work.put_json(store, work.done1_path("k2"), work.marker(one))
+    got = work.load_reusable(store, "k2")
+    assert got is not None and got.shard == one.shard and got.keys_sha256 == one.keys_sha256
+    assert work.load_reusable(store, "gone") is None
+    older = {**work.marker(one), "shard": None}
+    work.put_json(store, work.done1_path("k3"), older)
+    assert work.load_reusable(store, "k3") is None
+    work.put_json(store, work.done1_path("k4"), {**work.marker(one), "from_the_future": 1})
+    assert work.load_reusable(store, "k4") is None
+    work.put_json(store, work.done1_path("k5"), {**older, "rows": 0})
+    assert work.load_reusable(store, "k5") is not None  # no rows, no shard: reusable
 
 
 def test_folding_an_earlier_runs_phase_two_holds_a_ledger_at_a_time(tmp_path: Path) -> None:
