@@ -100,9 +100,9 @@ def _write(fh: IO[bytes], data: Any) -> None:
         raise _spill_error(exc) from None
 
 
-def _pread(fd: int, nbytes: int, offset: int) -> bytearray:
+def pread_exact(fd: int, nbytes: int, offset: int, what: str = "file table") -> bytearray:
     """``nbytes`` at ``offset`` of ``fd`` into a new buffer (``pread``: no shared position,
-    so threads may read one file at once)."""
+    so threads may read one file at once); ``what`` names the file's owner in the error."""
     buf = bytearray(nbytes)
     view = memoryview(buf)
     got = 0
@@ -114,7 +114,7 @@ def _pread(fd: int, nbytes: int, offset: int) -> bytearray:
             view[got:got + len(part)] = part
             k = len(part)
         if k <= 0:
-            raise OSError(f"file table: its temporary file ends at byte {offset + got}, "
+            raise OSError(f"{what}: its temporary file ends at byte {offset + got}, "
                           f"{nbytes - got} bytes short of what was written")
         got += k
     return buf
@@ -210,7 +210,7 @@ class DiskColumn:
         if hi <= lo:
             return np.zeros(0, self.dtype)
         size = self.dtype.itemsize
-        return np.frombuffer(_pread(self._fd, (hi - lo) * size, lo * size), self.dtype)
+        return np.frombuffer(pread_exact(self._fd, (hi - lo) * size, lo * size), self.dtype)
 
     @overload
     def __getitem__(self, i: int) -> Any: ...
@@ -352,7 +352,7 @@ class PrefixedStrings:
         end = min(self.n, first + self._chunk_rows)
         ends = self._offsets.read(first, end + 1)
         base = int(ends[0])
-        blob = bytes(_pread(self._blob_file.fileno(), int(ends[-1]) - base, base))
+        blob = bytes(pread_exact(self._blob_file.fileno(), int(ends[-1]) - base, base))
         text = blob.decode("utf-8")
         return first, end, _compact(ends - base), text if len(text) == len(blob) else blob
 

@@ -75,7 +75,6 @@ from storage import (
 )
 from storage.format.index import indexed
 from storage.io.degraded import describe as describe_degraded
-from storage.io.index_store import write_index_columns
 from storage.io.lease import Lease, hold
 
 
@@ -163,9 +162,11 @@ def build_manifest(cfg: PipelineConfig, tok: tokenizing.TokenizerSpec,
 
 def with_shard_index(store: ReplicaSet, manifest: Manifest, shards: ShardTable) -> Manifest:
     """``manifest`` naming the index of ``shards``, put first (content-addressed: a rerun
-    rewrites the same bytes under the same name)."""
-    ref = write_index_columns(store, shards.columns(), shards.digest_algorithm())
-    return indexed(manifest, shards.totals(), ref)
+    rewrites the same bytes under the same name). The index is built in a local temporary
+    file and sent from it (:mod:`pipeline.index_file`): never held whole in the driver."""
+    with shards.build_index() as built:
+        store.put(built.ref.path, built.path)
+    return indexed(manifest, shards.totals(), built.ref)
 
 
 def _train_tokenizer(client: Client, cfg: PipelineConfig, plan: PartitionPlan,

@@ -56,7 +56,7 @@ from storage.format.manifest import (
 MAGIC = b"SFIDX\x01\x00\x00"
 FORMAT = "shardflow.index/1"
 DIGEST_BYTES = 16
-_ALIGN = 64
+ALIGN = 64
 
 GROUP_COLUMNS = {"rows": "<u4", "tokens": "<u4", "offset": "<u8", "length": "<u4",
                  "digest": f"V{DIGEST_BYTES}"}
@@ -125,35 +125,55 @@ def digest_hex(column: np.ndarray, i: int) -> str:
     return bytes(column[i]).hex()
 
 
-def build_index_arrays(columns: dict[str, np.ndarray]) -> bytes:
-    """The index object from its columns (names and dtypes of ``GROUP_COLUMNS`` and
-    ``SHARD_COLUMNS``, and any of ``OPTIONAL_SHARD_COLUMNS``). Deterministic: the same
-    columns give the same bytes."""
+def column_dtypes(names: Sequence[str]) -> dict[str, str]:
+    """The dtype of each column of an index with the columns ``names``: every one of
+    ``GROUP_COLUMNS`` and ``SHARD_COLUMNS``, and any of ``OPTIONAL_SHARD_COLUMNS``."""
     want = {**GROUP_COLUMNS, **SHARD_COLUMNS}
-    if not set(want) <= set(columns) <= set(want) | set(OPTIONAL_SHARD_COLUMNS):
-        raise ValueError(f"index columns {sorted(columns)}, expected {sorted(want)} and any "
+    if not set(want) <= set(names) <= set(want) | set(OPTIONAL_SHARD_COLUMNS):
+        raise ValueError(f"index columns {sorted(names)}, expected {sorted(want)} and any "
                          f"of {sorted(OPTIONAL_SHARD_COLUMNS)}")
-    want = {**want, **{k: v for k, v in OPTIONAL_SHARD_COLUMNS.items() if k in columns}}
-    n_groups = len(columns["rows"])
-    n_shards = len(columns["shard_rows"])
-    arrays, table = {}, {}
-    offset = 0
-    for name in sorted(want):
-        arr = np.ascontiguousarray(np.asarray(columns[name]).astype(want[name], copy=False))
-        raw = arr.reshape(-1).view(np.uint8)  # its bytes, not a copy
-        arrays[name] = raw
-        table[name] = {"dtype": want[name], "offset": offset, "bytes": raw.nbytes,
-                       "sha256": hashlib.sha256(raw).hexdigest()}
-        offset += raw.nbytes + (-raw.nbytes % _ALIGN)
+    return {**want, **{k: v for k, v in OPTIONAL_SHARD_COLUMNS.items() if k in names}}
+
+
+def padding(nbytes: int) -> bytes:
+    """The zero bytes after ``nbytes`` of header or column, so the next starts aligned."""
+    return b"\0" * (-nbytes % ALIGN)
+
+
+def index_head(columns: dict[str, tuple[int, str]], n_groups: int, n_shards: int) -> bytes:
+    """The object's bytes before its first column (magic, header length, header, padding),
+    given each column's ``(byte length, sha256 hex)``: the columns follow in name order,
+    each padded to :data:`ALIGN`. Writers that hold the columns (:func:`build_index_arrays`)
+    and writers that spilled them (``pipeline.index_file``) make the same bytes with it."""
+    dtypes = column_dtypes(list(columns))
+    table, offset = {}, 0
+    for name in sorted(dtypes):
+        nbytes, sha256 = columns[name]
+        table[name] = {"dtype": dtypes[name], "offset": offset, "bytes": nbytes,
+                       "sha256": sha256}
+        offset += nbytes + (-nbytes % ALIGN)
     header = json.dumps({"format": FORMAT, "row_groups": n_groups, "shards": n_shards,
                          "columns": table}, sort_keys=True).encode()
     head = MAGIC + np.uint64(len(header)).tobytes() + header
-    head += b"\0" * (-len(head) % _ALIGN)
+    return head + padding(len(head))
+
+
+def build_index_arrays(columns: dict[str, np.ndarray]) -> bytes:
+    """The index object from its columns (names and dtypes of :func:`column_dtypes`).
+    Deterministic: the same columns give the same bytes."""
+    dtypes = column_dtypes(list(columns))
+    arrays = {}
+    for name in sorted(dtypes):
+        arr = np.ascontiguousarray(np.asarray(columns[name]).astype(dtypes[name], copy=False))
+        arrays[name] = arr.reshape(-1).view(np.uint8)  # its bytes, not a copy
+    head = index_head({name: (raw.nbytes, hashlib.sha256(raw).hexdigest())
+                       for name, raw in arrays.items()},
+                      len(columns["rows"]), len(columns["shard_rows"]))
     # Each column copied once, by the join (at 100 M row groups the index is ~4 GB: a copy
     # per column, then one per join, were three of it)
     parts: list[Any] = [head]
     for raw in arrays.values():
-        parts += [raw, b"\0" * (-raw.nbytes % _ALIGN)]
+        parts += [raw, padding(raw.nbytes)]
     return b"".join(parts)
 
 
@@ -258,7 +278,7 @@ class IndexHeader:
             if not isinstance(c.get("sha256"), str):
                 raise IndexFormatError(f"index header: columns.{name}.sha256 is not a string")
         start = 16 + len(raw)
-        start += -start % _ALIGN
+        start += -start % ALIGN
         return cls(_count_field(h.get("row_groups"), "row_groups"),
                    _count_field(h.get("shards"), "shards"), dict(columns), start)
 

@@ -10,8 +10,10 @@ import ctypes
 import errno
 import functools
 import os
+import shutil
 import stat
 from collections.abc import Callable
+from pathlib import Path
 
 from storage.format.layout import UnsafePathError
 from storage.io import local_paths
@@ -34,7 +36,16 @@ def process_umask() -> int:
     return mask
 
 
-def write_atomic(loc: Location, relative: str, data: bytes, same_as: str | None = None,
+#: what an object is written from: its bytes, or a local file holding them (an object too big
+#: to hold in memory: a 100 TB dataset's row-group index is ~3 GB), read as it is sent
+Payload = bytes | Path
+
+
+def payload_size(data: Payload) -> int:
+    return data.stat().st_size if isinstance(data, Path) else len(data)
+
+
+def write_atomic(loc: Location, relative: str, data: Payload, same_as: str | None = None,
                  sync: bool = True) -> None:
     """Write one object so that readers see either nothing or all of it.
 
@@ -69,7 +80,10 @@ def write_atomic(loc: Location, relative: str, data: bytes, same_as: str | None 
     else:
         if same_as is not None and _copy_in_store(loc, loc.path(same_as), path):
             return
-        loc.fs.pipe_file(path, data)
+        if isinstance(data, Path):  # fsspec sends it in parts (S3: a multipart upload)
+            loc.fs.put_file(str(data), path)
+        else:
+            loc.fs.pipe_file(path, data)
 
 
 def _copy_in_store(loc: Location, source: str, path: str) -> bool:
@@ -123,7 +137,7 @@ def start_writeback(fd: int) -> None:
         fn(fd, 0, 0, _WRITE_ONLY)  # a refusal (EINVAL, ESPIPE) changes nothing: ignored
 
 
-def _write_local(loc: Location, relative: str, data: bytes, same_as: str | None,
+def _write_local(loc: Location, relative: str, data: Payload, same_as: str | None,
                  sync: bool) -> None:
     """:func:`write_atomic` on a local filesystem, every step relative to the folder's
     descriptor: the folders are opened without following symlinks
@@ -143,7 +157,11 @@ def _write_local(loc: Location, relative: str, data: bytes, same_as: str | None,
         try:
             os.fchmod(fd, 0o666 & ~process_umask())  # what a plain open would give
             with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
+                if isinstance(data, Path):
+                    with open(data, "rb") as source:
+                        shutil.copyfileobj(source, fh, 1 << 20)
+                else:
+                    fh.write(data)
                 fh.flush()
                 if sync:
                     os.fsync(fh.fileno())

@@ -53,13 +53,7 @@ def write_index(store: ReplicaSet, shards: Sequence[ShardInfo]) -> IndexRef:
     """Put the index of ``shards`` (the store's quorum put; the name is its content's, so a
     rerun rewrites the same bytes under the same name) and return its reference."""
     digest = digest_algorithm(shards)
-    return write_index_columns(store, index_columns(shards, digest), digest)
-
-
-def write_index_columns(store: ReplicaSet, columns: dict[str, np.ndarray],
-                        digest: str) -> IndexRef:
-    """:func:`write_index` from the index's columns (``storage.format.index.index_columns``)."""
-    data, ref = encode_columns(columns, digest)
+    data, ref = encode_columns(index_columns(shards, digest), digest)
     store.put(ref.path, data)
     return ref
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
-from storage.format.checksums import digest_bytes
+from storage.format.checksums import digest_bytes, digest_stream
 from storage.io import degraded
-from storage.io.atomic import write_atomic
+from storage.io.atomic import Payload, payload_size, write_atomic
 from storage.io.replica_errors import QuorumError, short_error
 from storage.io.replica_health import Replica, ReplicaHealth
 from storage.io.retry import THROTTLE, TRANSIENT, Backoff, classify
@@ -41,6 +42,11 @@ class _WriteDeadline:
         return self._bounded(f"write of {len(data):,} bytes to {path}", self._fs.pipe_file,
                              path, data, **kwargs)
 
+    def put_file(self, source: str, path: str, **kwargs: Any) -> Any:
+        """A local file's bytes, under the deadline for its size."""
+        return self._bounded(f"write of {source} to {path}", self._fs.put_file, source, path,
+                             **kwargs)
+
     def cp_file(self, source: str, path: str, **kwargs: Any) -> Any:
         """A server-side copy, under the same deadline as writing the bytes would have."""
         return self._bounded(f"copy of {source} to {path}", self._fs.cp_file, source, path,
@@ -57,6 +63,13 @@ def _with_write_deadline(loc: Location, nbytes: int) -> Location:
 
 
 
+def _digest(data: Payload) -> str:
+    if isinstance(data, Path):
+        with open(data, "rb") as fh:
+            return digest_stream(fh)
+    return digest_bytes(data)
+
+
 class ReplicaWrites(ReplicaHealth):
     """The writes of :class:`storage.io.replicas.ReplicaSet` (which sets these)."""
 
@@ -65,8 +78,11 @@ class ReplicaWrites(ReplicaHealth):
     throttle_retries: int
     sync: bool
 
-    def put(self, relative: str, data: bytes, same_as: str | None = None) -> list[str]:
+    def put(self, relative: str, data: Payload, same_as: str | None = None) -> list[str]:
         """Write to every replica; returns the names of replicas missed (degraded write).
+
+        ``data``: the bytes, or a local file holding them (``pathlib.Path``: read as it is
+        sent, never held whole; it must not change until this returns).
 
         ``same_as``: an object on the primary replica holding exactly ``data``, which the
         primary may link or copy inside the store instead of writing the bytes (see
@@ -97,10 +113,10 @@ class ReplicaWrites(ReplicaHealth):
             raise QuorumError(f"write of {relative} reached {len(ok)} of {len(self.replicas)} "
                               f"replicas, quorum is {self.write_quorum}: {detail}")
         if failed:
-            self._record_degraded(relative, digest_bytes(data), ok, failed)
+            self._record_degraded(relative, _digest(data), ok, failed)
         return [r.name for r in failed]
 
-    def _write_with_retries(self, replica: Replica, relative: str, data: bytes,
+    def _write_with_retries(self, replica: Replica, relative: str, data: Payload,
                             same_as: str | None = None) -> None:
         """The write side of the policy in :mod:`storage.io.retry`: throttling is retried with
         back-off, a transient failure (connection refused or reset, HTTP 5xx) once; a timeout is
@@ -108,7 +124,7 @@ class ReplicaWrites(ReplicaHealth):
         object store is cancelled after :func:`storage.io.urls.write_deadline_s`. Rewriting the
         same bytes is idempotent."""
         transient_left = 1
-        loc = _with_write_deadline(replica.loc, len(data))
+        loc = _with_write_deadline(replica.loc, payload_size(data))
         for attempt in range(self.throttle_retries + 2):
             try:
                 write_atomic(loc, relative, data, same_as, sync=self.sync)

@@ -15,7 +15,7 @@ from pipeline import work
 from pipeline.shard_table import ShardTable
 from storage import RowGroupInfo, ShardInfo, Totals
 from storage.format.chunk_footer import CODECS
-from storage.format.index import build_index, build_index_arrays, digest_algorithm, encode
+from storage.format.index import build_index, digest_algorithm, encode
 
 HEX = st.binary(min_size=32, max_size=32).map(bytes.hex)
 GROUPS = st.builds(RowGroupInfo, rows=st.integers(0, 2**32 - 1),
@@ -32,12 +32,15 @@ SHARDS = st.builds(ShardInfo, path=st.text("abc/-_.0123456789", min_size=1, max_
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.one_of(st.none(), SHARDS), max_size=8), st.randoms(use_true_random=False),
-       st.booleans())
+       st.booleans(), st.lists(st.tuples(st.integers(0, 7), st.one_of(st.none(), SHARDS)),
+                               max_size=4))
 def test_the_table_writes_the_index_of_its_shards(shards: list[ShardInfo | None],
-                                                   rng: random.Random,
-                                                   all_blake3: bool) -> None:
-    """Partitions (``None``: no rows, no shard) folded in any order give the columns, bytes,
-    digest algorithm and totals of the shards in partition order."""
+                                                   rng: random.Random, all_blake3: bool,
+                                                   stale: list[tuple[int, ShardInfo | None]]
+                                                   ) -> None:
+    """Partitions (``None``: no rows, no shard) folded in any order, some after an earlier
+    result for the same partition (``stale``: replaced, or forgotten), give the bytes,
+    reference, digest algorithm and totals of the shards in partition order."""
     if all_blake3:  # the usual case: every row group has a BLAKE3
         shards = [s if s is None else ShardInfo(**{**s.__dict__, "row_groups": tuple(
             RowGroupInfo(g.rows, g.tokens, g.offset, g.length, g.sha256, g.blake3 or g.sha256)
@@ -45,12 +48,18 @@ def test_the_table_writes_the_index_of_its_shards(shards: list[ShardInfo | None]
     results = work.PhaseTwoResults()
     arrival = list(enumerate(shards))
     rng.shuffle(arrival)
+    for index, shard in stale:  # before every partition's last result
+        if index < len(shards):
+            results.add(work.PhaseTwo(index, shard))
     for index, shard in arrival:
         results.add(work.PhaseTwo(index, shard))
     ordered = [s for s in shards if s is not None]
     table = results.shards
     assert table.digest_algorithm() == digest_algorithm(ordered)
-    assert build_index_arrays(table.columns()) == build_index(ordered)
+    data, ref = encode(ordered)
+    with table.build_index() as built:
+        assert built.read_bytes() == data == build_index(ordered)
+        assert built.ref == ref
     assert table.totals() == Totals.of(ordered)
     assert len(results) == len(shards)
 
@@ -79,8 +88,15 @@ def test_row_group_counts_beyond_32_bits_are_refused_when_folded() -> None:
         encode([big])  # the object path refuses the same
 
 
-def test_the_table_holds_a_tenth_of_the_objects_memory() -> None:
-    """Per row group: ~510 bytes as ``ShardInfo`` objects, under 70 folded."""
+def test_the_table_holds_no_row_group_in_memory_and_builds_the_index_a_chunk_at_a_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per row group: ~510 bytes as ``ShardInfo`` objects; folded, none (the records are on
+    disk; 16 bytes a partition stay). Building the index holds a chunk: its peak is a small
+    part of the object's size, where building it in memory (the objects' path) holds the
+    object and its columns."""
+    import pipeline.index_file as index_file
+    import pipeline.shard_table as shard_table
+
     def shards(n: int, groups: int) -> list[ShardInfo]:
         return [ShardInfo(f"shards/{k:08d}-{os.urandom(8).hex()}.parquet", 10**5, 10**8,
                           10**8, os.urandom(32).hex(),
@@ -89,20 +105,32 @@ def test_the_table_holds_a_tenth_of_the_objects_memory() -> None:
                                 for i in range(groups)), 5000, os.urandom(32).hex(), "ZSTD")
                 for k in range(n)]
 
-    n, groups = 40, 256
+    monkeypatch.setattr(shard_table, "CHUNK_GROUPS", 1024)
+    monkeypatch.setattr(shard_table, "READ_BYTES", 128 << 10)
+    monkeypatch.setattr(index_file, "_COPY", 256 << 10)
+    n, groups = 40, 2000
+    objects = shards(n, groups)
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
-        objects = shards(n, groups)
-        as_objects = tracemalloc.get_traced_memory()[0] - before
         table = ShardTable()
-        before = tracemalloc.get_traced_memory()[0]
         for i, s in enumerate(objects):
             table.add(i, s)
         folded = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        built = table.build_index()
+        streamed_peak = tracemalloc.get_traced_memory()[1] - base
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        data = build_index(objects)
+        whole_peak = tracemalloc.get_traced_memory()[1] - base
     finally:
         tracemalloc.stop()
-    per_object, per_folded = as_objects / (n * groups), folded / (n * groups)
-    assert per_object > 300, per_object  # what the driver held before
-    assert per_folded < 70, per_folded
-    assert build_index_arrays(table.columns()) == build_index(objects)
+    with built:
+        assert built.read_bytes() == data
+    per_folded = folded / (n * groups)
+    assert per_folded < 1, per_folded
+    assert streamed_peak < len(data) / 4, (streamed_peak, len(data))
+    assert whole_peak > 4 * streamed_peak, (whole_peak, streamed_peak)
+    table.close()

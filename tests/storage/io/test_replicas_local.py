@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -17,6 +19,7 @@ from storage import (
     QuorumError,
     ReplicaError,
     ReplicaSet,
+    digest_bytes,
     read_manifest,
     shards_of,
 )
@@ -112,6 +115,24 @@ def test_degraded_write_is_recorded_and_repaired(tiny_dataset: str, tmp_path: Pa
     assert [p.path for p in report.repaired] == [tokenizer]
     assert not (good / "_degraded").exists()
     assert verify(ReplicaSet.from_urls([str(good), str(lagging)])).ok
+
+
+def test_put_from_a_local_file_writes_its_bytes_and_records_a_missed_replica(
+        tmp_path: Path) -> None:
+    """An object sent from a local file (the row-group index, too big to hold): the same
+    bytes on every replica written, the file's SHA-256 in the marker of a missed one."""
+    data = os.urandom(3 << 20)
+    local = tmp_path / "index.sfidx"
+    local.write_bytes(data)
+    (tmp_path / "blocked").write_text("file")
+    store = ReplicaSet.from_urls([str(tmp_path / "a"), str(tmp_path / "b"),
+                                  str(tmp_path / "blocked" / "ds")], write_quorum=2)
+    missed = store.put("index/x.sfidx", local)
+    assert len(missed) == 1 and "replica 2" in missed[0]
+    for name in ("a", "b"):
+        assert (tmp_path / name / "index" / "x.sfidx").read_bytes() == data
+    marker = json.loads(next((tmp_path / "a" / "_degraded").glob("*.json")).read_text())
+    assert digest_bytes(data) in json.dumps(marker)
 
 
 def _s3_error(code: str, status: int, message: str = "") -> OSError:

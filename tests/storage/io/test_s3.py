@@ -98,6 +98,24 @@ def test_put_same_as_copies_inside_the_store(s3_buckets) -> None:
     assert primary.fs.cat_file(primary.path("shards/t.parquet")) == passed
 
 
+def test_put_from_a_local_file_sends_it_in_parts(s3_buckets, tmp_path: Path) -> None:
+    """An object too big to hold (a 100 TB dataset's index: ~3 GB) is sent from a local
+    file: above two of s3fs's 50 MB parts as a multipart upload, to every replica, the same
+    bytes as a put of them."""
+    urls = [f"{b.url}/ds" for b in s3_buckets]
+    opts = [b.storage_options for b in s3_buckets]
+    store = ReplicaSet.from_urls(urls, replica_options=opts)
+    for name, size in (("small", 70_000), ("big", (100 << 20) + 12_345)):
+        data = secrets.token_bytes(size)
+        local = tmp_path / name
+        local.write_bytes(data)
+        assert store.put(f"index/{name}.sfidx", local) == []
+        for url, opt in zip(urls, opts, strict=True):
+            loc = resolve(url, opt)
+            got = loc.fs.cat_file(loc.path(f"index/{name}.sfidx"))
+            assert len(got) == size and digest_bytes(got) == digest_bytes(data), (url, name)
+
+
 def test_inspect_with_credentials_from_the_environment(s3_bucket) -> None:
     url = f"{s3_bucket.url}/ds"
     run(_cfg(url, s3_bucket.storage_options), progress=False)
@@ -313,7 +331,8 @@ def test_loader_rides_through_a_hung_replica_server(pair, tiny_dataset: str) -> 
     assert store.read_order()[0].index == 0
 
 
-def test_verify_reads_and_writes_on_a_hung_endpoint_fail_in_seconds(pair, tiny_dataset) -> None:
+def test_verify_reads_and_writes_on_a_hung_endpoint_fail_in_seconds(pair, tiny_dataset,
+                                                                     tmp_path: Path) -> None:
     """One endpoint, hung: no replica to hedge to, so the read timeout (5 s, one attempt)
     bounds the wait; before, nested botocore and s3fs retries made it ~123 s. A PUT, which
     blocks for ever once the stopped server's socket buffer is full, is cancelled after its
@@ -343,6 +362,12 @@ def test_verify_reads_and_writes_on_a_hung_endpoint_fail_in_seconds(pair, tiny_d
             ReplicaSet.from_urls(urls[:1], replica_options=opts[:1]).put(
                 "copied", b"x", same_as="manifest.json")
         copy = time.monotonic() - t0
+        from_file = tmp_path / "blob"
+        from_file.write_bytes(blob)
+        t0 = time.monotonic()  # an object sent from a local file (the index) has it too
+        with pytest.raises(QuorumError, match="Timeout"):
+            ReplicaSet.from_urls(urls[:1], replica_options=opts[:1]).put("filed", from_file)
+        filed = time.monotonic() - t0
     finally:
         _resume(pair[0])
     assert in_process < 10, in_process
@@ -350,6 +375,7 @@ def test_verify_reads_and_writes_on_a_hung_endpoint_fail_in_seconds(pair, tiny_d
     assert cli < 15, cli
     assert write < write_deadline_s(len(blob)) + 3, write
     assert copy < write_deadline_s(1) + 3, copy
+    assert filed < write_deadline_s(len(blob)) + 3, filed
 
 
 def test_first_read_after_sigkill_of_the_primary_fails_over_fast(pair, tiny_dataset) -> None:
