@@ -547,6 +547,7 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: Lease, log: TextIO,
     # The row-group index goes before the swap (content-addressed: a rerun rewrites the same
     # bytes under the same name); the manifest then names it instead of listing the shards.
     manifest = with_shard_index(store, listed, twos.shards)
+    twos.shards.close()  # the records' local disk back now
     lease.check()  # still ours: no other run can be using _work/ or committing
     recorded = commit(store, manifest, log)  # the swap of manifest.json: last, atomic
     work.remove_work(store)

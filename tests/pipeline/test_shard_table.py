@@ -134,3 +134,24 @@ def test_the_table_holds_no_row_group_in_memory_and_builds_the_index_a_chunk_at_
     assert streamed_peak < len(data) / 4, (streamed_peak, len(data))
     assert whole_peak > 4 * streamed_peak, (whole_peak, streamed_peak)
     table.close()
+
+
+def test_a_missing_or_full_temporary_folder_is_a_clear_error(
+        monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """The records and the index are made in ``TMPDIR``: without room there the error names
+    the folder and says what to set, whichever of the two writes first."""
+    import tempfile
+
+    shard = ShardInfo("s.parquet", 1, 5, 10, "0" * 64,
+                      (RowGroupInfo(1, 5, 4, 6, "1" * 64, "2" * 64),))
+    table = ShardTable()
+    table.add(0, shard)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "gone"))
+    with pytest.raises(OSError, match=r"row-group index: .*gone.*set TMPDIR"):
+        table.build_index()
+    with pytest.raises(OSError, match=r"shard table: .*gone.*set TMPDIR"):
+        ShardTable().add(0, shard)
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    with table.build_index() as built:  # the table is still whole
+        assert built.read_bytes() == encode([shard])[0]
+    table.close()
