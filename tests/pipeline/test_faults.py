@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 import psutil
@@ -147,9 +148,23 @@ def test_rerun_after_a_failed_commit_reads_no_work_file_again(
     rows = out / "_work" / "p1" / markers[0].name.replace(".done.json", ".rows.parquet")
     rows.write_bytes(b"torn")
 
-    summary = run(cfg, progress=False)
+    from pipeline.plan import PartitionPlan
+
+    made: Counter[int] = Counter()  # the driver's key hashes, by partition
+    key = PartitionPlan.key
+
+    def counted(plan: PartitionPlan, i: int, salt: str) -> str:
+        made[i] += 1
+        return key(plan, i, salt)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(PartitionPlan, "key", counted)
+        summary = run(cfg, progress=False)
     assert summary.resumed == len(markers)  # no partition redone, none re-read
     assert_identical(out, reference)
+    # Each key hashed twice at most (placing its marker, the run key), not again for a
+    # partition whose kept counts are reused
+    assert len(made) == summary.partitions and max(made.values()) == 2, made
 
 
 def test_killed_worker_on_a_separate_dask_cluster(corpus: Path, reference: Path,
