@@ -44,9 +44,36 @@ def run_child(args: list[str], threads: int) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+#: the libraries whose versions move the figures (ours and the peers'): recorded with every
+#: result, since a peer's release or NumPy's can move its rate 2x between machines' installs
+PACKAGES = ("torch", "numpy", "pyarrow", "tokenizers", "dask", "distributed", "fsspec", "s3fs",
+            "obstore", "blake3", "litdata", "mosaicml-streaming", "datatrove", "ray")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
 def machine() -> dict[str, Any]:
-    return {"cpus": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform()}
+    """Where a result was measured: cores, CPU model, Python, platform, and the versions of
+    :data:`PACKAGES` installed (from their metadata: nothing is imported)."""
+    from importlib import metadata
+
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return {"cpus": os.cpu_count(), "cpu": _cpu_model(), "python": platform.python_version(),
+            "platform": platform.platform(), "packages": versions}
 
 
 def write_results(name: str, results: dict[str, Any]) -> Path:
