@@ -21,6 +21,7 @@ partition order (``tests/pipeline/test_shard_table.py``).
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Iterator
 from typing import IO
@@ -73,8 +74,10 @@ class ShardTable:
                 self._file = tempfile.TemporaryFile(prefix="shardflow-shards-")  # noqa: SIM115
             except OSError as exc:
                 raise _disk_error(exc) from None
-        try:
-            self._file.write(block)
+        try:  # at its recorded offset, whatever a failed write before left past it
+            written = os.pwrite(self._file.fileno(), block, self._end)
+            while written < len(block):
+                written += os.pwrite(self._file.fileno(), block[written:], self._end + written)
         except OSError as exc:
             raise _disk_error(exc) from None
         if index >= len(self._start):
@@ -178,8 +181,6 @@ class ShardTable:
     def _blocks(self) -> Iterator[memoryview]:
         """Each live partition's block, in partition order; neighbouring blocks (the usual
         case: results arrive roughly in order) come from one read of up to READ_BYTES."""
-        if self._file is not None:
-            self._file.flush()
         live = np.flatnonzero(self._start >= 0)
         i = 0
         while i < len(live):
@@ -199,7 +200,6 @@ class ShardTable:
 
     def _read(self, offset: int, nbytes: int) -> bytearray:
         assert self._file is not None
-        self._file.flush()
         return pread_exact(self._file.fileno(), nbytes, offset, "shard table")
 
     def close(self) -> None:
