@@ -36,7 +36,7 @@ from storage.format.checksums import digest_bytes
 from storage.format.layout import MANIFEST, NAME_HASH, UnsafePathError
 from storage.format.manifest import Manifest, ManifestError
 from storage.io.degraded import Marker, all_markers
-from storage.io.index_store import objects_of, shards_of
+from storage.io.index_store import objects_of
 from storage.io.replicas import Replica, ReplicaSet
 from storage.io.retry import TIMEOUT, classify
 
@@ -124,9 +124,9 @@ def _load(store: ReplicaSet, c: Candidate) -> None:
         return
     try:
         c.manifest = Manifest.from_json(c.data, source=f"{MANIFEST} ({c.label})")
+        # for v2, from its index: read, verified (checksums, values, the manifest's totals)
+        # and cached for the scrub that follows
         c.objects = objects_of(store, c.manifest)
-        if c.manifest.index is not None:
-            shards_of(store, c.manifest)  # verified, values checked (cached)
     except (ManifestError, UnsafePathError, ValueError, OSError) as exc:
         c.error = f"{type(exc).__name__}: {exc}"[:300]
         c.manifest = None

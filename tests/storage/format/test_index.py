@@ -107,3 +107,44 @@ def test_an_unknown_codec_in_the_index_is_named() -> None:
         check_values(read_index(build_index_arrays(cols)))
     with pytest.raises(ValueError, match="index columns"):
         build_index_arrays({**cols, "shard_kind": np.zeros(3, dtype=np.uint8)})
+
+
+def test_index_shards_builds_each_shard_when_asked_and_holds_the_columns_only() -> None:
+    """An admin tool's view of a v2 dataset's shards: every ``ShardInfo`` by position, by
+    path and in order is the one the index records (SHA-256 digests kept as their first 128
+    bits), ``objects`` lists paths, sizes and checksums; holding it costs a few bytes a row
+    group beside the columns, where building every ``ShardInfo`` costs hundreds."""
+    import tracemalloc
+
+    from storage.format.index import IndexShards
+
+    shards = _shards(n_shards=20, groups=2_000)
+    cols = read_index(build_index(shards))  # views of the object's bytes
+    view = IndexShards(cols)
+    assert len(view) == len(shards)
+    for i in (0, 7, len(shards) - 1, -1):
+        got, want = view[i], shards[i]
+        assert (got.path, got.rows, got.tokens, got.bytes, got.sha256) == (
+            want.path, want.rows, want.tokens, want.bytes, want.sha256)
+        assert [(g.rows, g.tokens, g.offset, g.length, g.sha256) for g in got.row_groups] == [
+            (g.rows, g.tokens, g.offset, g.length, g.sha256[:32]) for g in want.row_groups]
+    assert view.get(shards[3].path) == view[3] and view.get("shards/none.parquet") is None
+    assert view[2:4] == [view[2], view[3]] and list(view)[5] == view[5]
+    assert view.objects() == [(s.path, s.bytes, s.sha256) for s in shards]
+    with pytest.raises(IndexError):
+        view[len(shards)]
+    groups = sum(len(s.row_groups) for s in shards)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        held = IndexShards(cols)
+        held.get(shards[0].path)
+        lazy = tracemalloc.get_traced_memory()[0] - before
+        before = tracemalloc.get_traced_memory()[0]
+        every = shards_from_columns(cols)
+        whole = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(every) == len(shards)
+    assert lazy / groups < 2, lazy / groups
+    assert whole / groups > 300, whole / groups
