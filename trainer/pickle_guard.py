@@ -122,6 +122,8 @@ _HASHING_CALLS = frozenset({
 
 _LEAF = _Node("leaf")
 _LEAF_BYTES = _BASE_BYTES["leaf"]
+#: what each empty-container opcode makes
+_EMPTY_KINDS = {"EMPTY_LIST": "list", "EMPTY_DICT": "dict", "EMPTY_SET": "set"}
 
 
 class _Walk:
@@ -300,8 +302,15 @@ class _Walk:
         self.marks.append(len(self.stack))
 
     def op_empty(self, arg: object) -> None:
-        self.make({"EMPTY_LIST": "list", "EMPTY_DICT": "dict", "EMPTY_SET": "set"}[self.name],
-                  [])
+        # make(kind, []) inlined: an empty container has no children to capture (no work, no
+        # depth) and is a fresh node at depth 1. The opcode of a memory bomb, so its cost is
+        # what refusing one costs: 2.1 us instead of 4.8 per opcode here (20 MB of EMPTY_DICT:
+        # ~11 M opcodes walked before the refusal)
+        kind = _EMPTY_KINDS[self.name]
+        self.memory += _BASE_BYTES[kind]
+        if self.memory > self.memory_limit:
+            self.charge(kind, 0)  # raises
+        self.stack.append(_Node(kind))
 
     def op_tuple(self, arg: object) -> None:
         self.make("tuple", self.pop_mark())
