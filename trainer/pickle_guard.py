@@ -303,9 +303,9 @@ class _Walk:
 
     def op_empty(self, arg: object) -> None:
         # make(kind, []) inlined: an empty container has no children to capture (no work, no
-        # depth) and is a fresh node at depth 1. The opcode of a memory bomb, so its cost is
-        # what refusing one costs: 2.1 us instead of 4.8 per opcode here (20 MB of EMPTY_DICT:
-        # ~11 M opcodes walked before the refusal)
+        # depth) and is a fresh node at depth 1. It is a memory bomb's opcode, walked ~11 M
+        # times before 20 MB of EMPTY_DICT is refused, so its cost is what a refusal costs
+        # (tests/trainer/test_pickle_bombs.py's two bomb tests: less than half the time)
         kind = _EMPTY_KINDS[self.name]
         self.memory += _BASE_BYTES[kind]
         if self.memory > self.memory_limit:

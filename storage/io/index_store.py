@@ -26,10 +26,8 @@ from storage.format.index import (
     IndexShards,
     check_counts,
     check_values,
-    digest_algorithm,
-    encode_columns,
+    encode,
     header_bytes,
-    index_columns,
     read_index,
     shard_paths,
 )
@@ -52,8 +50,7 @@ class PieceCache(Protocol):
 def write_index(store: ReplicaSet, shards: Sequence[ShardInfo]) -> IndexRef:
     """Put the index of ``shards`` (the store's quorum put; the name is its content's, so a
     rerun rewrites the same bytes under the same name) and return its reference."""
-    digest = digest_algorithm(shards)
-    data, ref = encode_columns(index_columns(shards, digest), digest)
+    data, ref = encode(shards)
     store.put(ref.path, data)
     return ref
 
