@@ -5,6 +5,10 @@ trainer without Dask), then with the ``pipeline`` extra; a small ``pipeline run`
 an unrelated directory writes a dataset that ``build_dataloader`` reads back. torch is pinned
 to the release whose CPU wheel lies on the development and CI machines' disk (a bare range
 would pull a multi-GB CUDA build), exactly as a GPU user pre-installs their own build.
+
+The venv is made without pip and filled by this environment's pip (``pip --python``): a fresh
+venv's bundled pip is older and slower to resolve. ``--no-compile``: byte-compiling torch's
+files took most of the install (about 30 of 63 s here); Python compiles what it imports.
 """
 
 from __future__ import annotations
@@ -39,11 +43,17 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
           str(REPO)], cwd=root)
     wheel = next((root / "dist").glob("shardflow-*.whl"))
     base = getattr(sys, "_base_executable", sys.executable)
-    _run([base, "-m", "venv", str(root / "venv")], cwd=root)
+    _run([base, "-m", "venv", "--without-pip", str(root / "venv")], cwd=root)
     python = root / "venv" / "bin" / "python"
-    _run([str(python), "-m", "pip", "install", "-q", TORCH], cwd=root)
-    _run([str(python), "-m", "pip", "install", "-q", str(wheel)], cwd=root)
+    _run(_pip_install(python, TORCH), cwd=root)
+    _run(_pip_install(python, str(wheel)), cwd=root)
     return python, wheel
+
+
+def _pip_install(python: Path, requirement: str) -> list[str]:
+    """Plain ``pip install`` of ``requirement`` into the venv of ``python``."""
+    return [sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+            "--no-compile", requirement]
 
 
 def test_wheel_holds_the_four_packages_and_no_test_servers(venv: tuple[Path, Path]) -> None:
@@ -70,7 +80,7 @@ def test_bare_wheel_is_a_training_image_without_the_pipeline_stack(
 def test_pipeline_extra_runs_from_an_unrelated_directory_and_the_loader_reads_it(
         venv: tuple[Path, Path], tmp_path: Path) -> None:
     python, wheel = venv
-    _run([str(python), "-m", "pip", "install", "-q", f"{wheel}[pipeline]"], cwd=tmp_path)
+    _run(_pip_install(python, f"{wheel}[pipeline]"), cwd=tmp_path)
     work = tmp_path / "somewhere"
     work.mkdir()
     docs = [f"document {i} tells of the number {i * 13} and nothing else" for i in range(300)]

@@ -11,13 +11,14 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from loaders.state import LoaderStateError, progress_from_state
+from tests._forked_python import ForkedPython
 from trainer.checkpoint import FORMAT_VERSION, rng_state
 from trainer.checkpoint_files import CheckpointFileError, check_rng_state, check_trainer_state
 
@@ -107,16 +108,29 @@ def test_loader_progress_nonsense_is_a_loader_state_error(state: dict) -> None:
 
 # -- through the real CLI ------------------------------------------------------------------
 
+TRAINER_ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 ARGS = ["--layers", "1", "--width", "16", "--heads", "2", "--seq-len", "32", "--batch-size", "4",
         "--device", "cpu", "--warmup-steps", "1", "--log-every", "2", "--checkpoint-every", "2"]
 
 
-def trainer(data: str, ck: Path, run: Path, steps: int) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "trainer", "--data", data, "--steps", str(steps),
-         "--checkpoint-dir", str(ck), "--resume", "auto", "--run-dir", str(run), *ARGS],
-        cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
-        timeout=300)
+def trainer(data: str, ck: Path, run: Path, steps: int,
+            forked: ForkedPython | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m trainer`` resuming from ``ck``: a fresh interpreter, or a child forked
+    from ``forked`` (torch and the trainer imported once for the many damaged resumes)."""
+    argv = ["-m", "trainer", "--data", data, "--steps", str(steps), "--checkpoint-dir",
+            str(ck), "--resume", "auto", "--run-dir", str(run), *ARGS]
+    if forked is not None:
+        return forked.run(argv, cwd=REPO, timeout=300)
+    return subprocess.run([sys.executable, *argv], cwd=REPO, env=TRAINER_ENV,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def forked() -> Iterator[ForkedPython]:
+    server = ForkedPython(["trainer.train", "trainer.config", "trainer.checkpoint", "storage"],
+                          env=TRAINER_ENV)
+    yield server
+    server.close()
 
 
 @pytest.fixture(scope="module")
@@ -149,12 +163,12 @@ def _json_edit(relative: str, edit: Callable[[dict], None]) -> Callable[[Path], 
      "rng/rank00000.json: field 'python[1]' holds 10"),
 ])
 def test_resume_on_a_damaged_file_fails_with_one_line(
-        written: Path, tiny_vocab_dataset: str, tmp_path: Path,
+        written: Path, tiny_vocab_dataset: str, forked: ForkedPython, tmp_path: Path,
         damage: Callable[[Path], None], expected: str) -> None:
     ck = tmp_path / "ck"
     shutil.copytree(written, ck)
     damage(ck / "step-00000004")
-    proc = trainer(tiny_vocab_dataset, ck, tmp_path / "run", 8)
+    proc = trainer(tiny_vocab_dataset, ck, tmp_path / "run", 8, forked)
     assert proc.returncode != 0, proc.stdout[-2000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]

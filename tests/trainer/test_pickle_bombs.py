@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
+from tests._forked_python import ForkedPython
 from trainer.safe_metadata import MAX_METADATA_BYTES, UnsafeCheckpointError, load_metadata
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,15 +55,23 @@ print("RSS_KB", int(hwm[0].split()[1]) if hwm else
 """
 
 
-def load_in_child(data: bytes, tmp_path: Path, timeout: float = 90) -> str:
+@pytest.fixture(scope="module")
+def forked() -> Iterator[ForkedPython]:
+    """Each load in a process of its own, forked from one that imported torch once."""
+    server = ForkedPython(["torch", "trainer.safe_metadata"],
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    yield server
+    server.close()
+
+
+def load_in_child(forked: ForkedPython, data: bytes, tmp_path: Path,
+                  timeout: float = 90) -> str:
     """``load_metadata`` in a fresh process; its stdout. A hang is a failure after
     ``timeout``; a crash (SIGSEGV) a failure with its return code."""
     path = tmp_path / "metadata.bin"
     path.write_bytes(data)
     try:
-        out = subprocess.run([sys.executable, "-c", _LOAD, str(path)], capture_output=True,
-                             text=True, cwd=ROOT, timeout=timeout,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+        out = forked.run(["-c", _LOAD, str(path)], cwd=ROOT, timeout=timeout)
     except subprocess.TimeoutExpired:
         pytest.fail(f"loading {len(data):,} bytes of .metadata did not finish in {timeout} s")
     assert out.returncode == 0, f"child died with rc {out.returncode}: {out.stderr[-2000:]}"
@@ -94,10 +103,11 @@ def tuple_dag(levels: int, as_key: bool = True) -> bytes:
     return P4 + body + pickle.STOP
 
 
-def test_a_tuple_dag_as_a_dict_key_is_refused_before_hashing(tmp_path: Path) -> None:
+def test_a_tuple_dag_as_a_dict_key_is_refused_before_hashing(forked: ForkedPython,
+                                                            tmp_path: Path) -> None:
     bomb = tuple_dag(64)
     assert len(bomb) < 1000
-    out = load_in_child(bomb, tmp_path, timeout=60)  # today's unpickler: 2**64 hash steps
+    out = load_in_child(forked, bomb, tmp_path, timeout=60)  # today's unpickler: 2**64 hash steps
     assert "REFUSED ckpt/.metadata: objects are reused so often" in out, out
     # The same shape, small enough to hash, is not refused for its shape: as a key, for the
     # key's type (a tuple's hash takes no secret); as a value, for the pickle's type.
@@ -107,11 +117,12 @@ def test_a_tuple_dag_as_a_dict_key_is_refused_before_hashing(tmp_path: Path) -> 
         load_metadata(tuple_dag(8, as_key=False))
 
 
-def test_a_million_deep_tuple_is_refused_before_the_c_stack_overflows(tmp_path: Path) -> None:
+def test_a_million_deep_tuple_is_refused_before_the_c_stack_overflows(
+        forked: ForkedPython, tmp_path: Path) -> None:
     """A 1 MB dict key nested 1,000,000 deep: ``hash`` recurses in C and SIGSEGVs."""
     bomb = (P4 + pickle.EMPTY_DICT + pickle.BININT1 + b"\x01" + pickle.TUPLE1 * 1_000_000
             + pickle.NONE + pickle.SETITEM + pickle.STOP)
-    out = load_in_child(bomb, tmp_path, timeout=90)
+    out = load_in_child(forked, bomb, tmp_path, timeout=90)
     assert "REFUSED ckpt/.metadata: objects nested deeper than 100 levels" in out, out
 
 
@@ -146,8 +157,8 @@ def _build(target: bytes, state: bytes) -> bytes:
                                     + pickle.SETITEM)),
 ])
 def test_build_on_anything_but_dcp_metadata_is_refused_before_it_changes_anything(
-        name: str, payload: bytes, tmp_path: Path) -> None:
-    out = load_in_child(payload, tmp_path)
+        name: str, payload: bytes, forked: ForkedPython, tmp_path: Path) -> None:
+    out = load_in_child(forked, payload, tmp_path)
     assert "REFUSED ckpt/.metadata: BUILD (setstate) on a" in out, (name, out)
     assert "INTACT" in out, (name, out)
 
@@ -168,12 +179,12 @@ def test_the_build_payloads_are_live() -> None:
 
 
 @pytest.mark.parametrize("opcode", [pickle.EMPTY_SET, pickle.EMPTY_DICT])
-def test_a_20_mb_memory_bomb_is_refused_with_little_memory(opcode: bytes,
+def test_a_20_mb_memory_bomb_is_refused_with_little_memory(opcode: bytes, forked: ForkedPython,
                                                            tmp_path: Path) -> None:
     """20 MB of empty containers in a list: ~1.5-4.5 GB once unpickled."""
     n = 20_000_000
     bomb = P4 + pickle.EMPTY_LIST + pickle.MARK + opcode * n + pickle.APPENDS + pickle.STOP
-    out = load_in_child(bomb, tmp_path)
+    out = load_in_child(forked, bomb, tmp_path)
     assert "REFUSED ckpt/.metadata: unpickling would take more than" in out, out
     rss_mb = int(out.split("RSS_KB")[1]) / 1024
     assert rss_mb < 1500, f"peak RSS {rss_mb:.0f} MB"

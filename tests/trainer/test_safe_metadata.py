@@ -16,6 +16,7 @@ import random
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.distributed.checkpoint.metadata import Metadata
 
+from tests._forked_python import ForkedPython
 from trainer.checkpoint import Checkpointer, CheckpointError, load_checkpoint
 from trainer.safe_metadata import UnsafeCheckpointError, load_metadata
 
@@ -256,16 +258,23 @@ except UnsafeCheckpointError as exc:
 """
 
 
+@pytest.fixture(scope="module")
+def forked() -> Iterator[ForkedPython]:
+    """Each bomb in a process of its own, forked from one that imported the trainer once."""
+    server = ForkedPython(["trainer.safe_metadata"], env={**os.environ, "PYTHONPATH": str(ROOT)})
+    yield server
+    server.close()
+
+
 @pytest.mark.parametrize("index", [300_000_000, 1_500_000_000, 2**32 - 1])
-def test_a_memo_index_bomb_is_refused_before_any_allocation(index: int) -> None:
+def test_a_memo_index_bomb_is_refused_before_any_allocation(index: int,
+                                                            forked: ForkedPython) -> None:
     """14 bytes that make CPython's unpickler zero-fill a memo table of 2 x index pointers
     (~24 GB at 1.5 G): found by the fuzz test below, whose process the OOM killer took."""
     bomb = b"\x80\x04N" + b"r" + index.to_bytes(4, "little") + b"."
     # First in a process whose address space is capped: should the check regress, this fails
     # with a MemoryError there instead of the OOM killer taking the test run.
-    out = subprocess.run([sys.executable, "-c", _MEMO_BOMB, bomb.hex()], capture_output=True,
-                         text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                         timeout=120)
+    out = forked.run(["-c", _MEMO_BOMB, bomb.hex()], cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert f"ckpt/.metadata: memo index {index} out of sequence" in out.stdout, out.stdout
     with pytest.raises(UnsafeCheckpointError, match=f"memo index {index} out of sequence"):

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -336,46 +337,61 @@ def test_verify_reads_and_writes_on_a_hung_endpoint_fail_in_seconds(pair, tiny_d
     """One endpoint, hung: no replica to hedge to, so the read timeout (5 s, one attempt)
     bounds the wait; before, nested botocore and s3fs retries made it ~123 s. A PUT, which
     blocks for ever once the stopped server's socket buffer is full, is cancelled after its
-    write deadline (a `pipeline run` into a hung output waited > 400 s)."""
+    write deadline (a `pipeline run` into a hung output waited > 400 s). The five waits run
+    side by side (each timed on its own, each with its own client), as the clients of one
+    hung server would."""
     urls, opts = _replicated(pair[:1], tiny_dataset, "hung-verify")
     env = {**os.environ, "AWS_ACCESS_KEY_ID": opts[0]["key"],
            "AWS_SECRET_ACCESS_KEY": opts[0]["secret"],
            "AWS_ENDPOINT_URL": opts[0]["client_kwargs"]["endpoint_url"],
            "AWS_REGION": "us-east-1"}
+    blob = secrets.token_bytes(2 << 20)
+    from_file = tmp_path / "blob"
+    from_file.write_bytes(blob)
+
+    def store() -> ReplicaSet:
+        return ReplicaSet.from_urls(urls[:1], replica_options=opts[:1])
+
+    def read() -> None:
+        with pytest.raises(ReplicaError, match="ReadTimeout"):
+            store().read_manifest()
+
+    def cli() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "storage", "verify", urls[0]], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    def write() -> None:
+        with pytest.raises(QuorumError, match="Timeout"):
+            store().put("blob", blob)
+
+    def copy() -> None:  # a server-side copy (phase 2's move) has the same deadline
+        with pytest.raises(QuorumError, match="Timeout"):
+            store().put("copied", b"x", same_as="manifest.json")
+
+    def filed() -> None:  # an object sent from a local file (the index) has it too
+        with pytest.raises(QuorumError, match="Timeout"):
+            store().put("filed", from_file)
+
+    def timed(call):  # type: ignore[no-untyped-def]
+        t0 = time.monotonic()
+        result = call()
+        return result, time.monotonic() - t0
+
     _stop(pair[0])
     try:
-        t0 = time.monotonic()
-        with pytest.raises(ReplicaError, match="ReadTimeout"):
-            ReplicaSet.from_urls(urls[:1], replica_options=opts[:1]).read_manifest()
-        in_process = time.monotonic() - t0
-        t0 = time.monotonic()
-        out = subprocess.run([sys.executable, "-m", "storage", "verify", urls[0]], env=env,
-                             capture_output=True, text=True, timeout=120)
-        cli = time.monotonic() - t0
-        blob = secrets.token_bytes(2 << 20)
-        t0 = time.monotonic()
-        with pytest.raises(QuorumError, match="Timeout"):
-            ReplicaSet.from_urls(urls[:1], replica_options=opts[:1]).put("blob", blob)
-        write = time.monotonic() - t0
-        t0 = time.monotonic()  # a server-side copy (phase 2's move) has the same deadline
-        with pytest.raises(QuorumError, match="Timeout"):
-            ReplicaSet.from_urls(urls[:1], replica_options=opts[:1]).put(
-                "copied", b"x", same_as="manifest.json")
-        copy = time.monotonic() - t0
-        from_file = tmp_path / "blob"
-        from_file.write_bytes(blob)
-        t0 = time.monotonic()  # an object sent from a local file (the index) has it too
-        with pytest.raises(QuorumError, match="Timeout"):
-            ReplicaSet.from_urls(urls[:1], replica_options=opts[:1]).put("filed", from_file)
-        filed = time.monotonic() - t0
+        with ThreadPoolExecutor(5) as pool:
+            futures = {call.__name__: pool.submit(timed, call)
+                       for call in (read, cli, write, copy, filed)}
+            took = {name: future.result()[1] for name, future in futures.items()}
+            out = futures["cli"].result()[0]
     finally:
         _resume(pair[0])
-    assert in_process < 10, in_process
+    assert took["read"] < 10, took
     assert out.returncode == 2 and "ReadTimeout" in out.stderr, out.stderr
-    assert cli < 15, cli
-    assert write < write_deadline_s(len(blob)) + 3, write
-    assert copy < write_deadline_s(1) + 3, copy
-    assert filed < write_deadline_s(len(blob)) + 3, filed
+    assert took["cli"] < 15, took
+    assert took["write"] < write_deadline_s(len(blob)) + 3, took
+    assert took["copy"] < write_deadline_s(1) + 3, took
+    assert took["filed"] < write_deadline_s(len(blob)) + 3, took
 
 
 def test_first_read_after_sigkill_of_the_primary_fails_over_fast(pair, tiny_dataset) -> None:
