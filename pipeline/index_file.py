@@ -13,7 +13,10 @@ column order: :func:`storage.format.index.index_head`): a rerun writes the same 
 the same content-addressed name (``tests/pipeline/test_shard_table.py``).
 
 The files live in ``TMPDIR`` (~2x the index at the end, briefly: the columns, then the object),
-made by :mod:`tempfile` and removed when :meth:`IndexFile.close` runs or the process ends.
+made by :mod:`tempfile` without a name (``O_TMPFILE``, or unlinked at once), so their space
+comes back when they are closed or the process ends, however it ends: a driver killed during
+the commit leaves no 3 GB file behind. The store's put opens the object by its descriptor's
+name (``/proc/self/fd/N``); where the system has none, it is a named file removed on close.
 """
 
 from __future__ import annotations
@@ -41,23 +44,34 @@ def _disk_error(exc: OSError) -> OSError:
 
 
 class IndexFile:
-    """The finished index object in a named temporary file: ``path`` (for the store's put),
-    ``ref`` (what the manifest records). :meth:`close` removes it."""
+    """The finished index object in a temporary file: ``path`` (for the store's put),
+    ``ref`` (what the manifest records). :meth:`close` gives its space back."""
 
-    def __init__(self, path: Path, ref: IndexRef) -> None:
-        self.path, self.ref = path, ref
+    def __init__(self, file: IO[bytes], ref: IndexRef) -> None:
+        self.file, self.ref = file, ref
+        fd_path = Path(f"/proc/self/fd/{file.fileno()}")
+        named = isinstance(file.name, str) and os.path.isabs(file.name)
+        self.path = Path(file.name) if named or not fd_path.exists() else fd_path
 
     def read_bytes(self) -> bytes:
         return self.path.read_bytes()
 
     def close(self) -> None:
-        self.path.unlink(missing_ok=True)
+        self.file.close()
 
     def __enter__(self) -> IndexFile:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _object_file() -> IO[bytes]:
+    """A file for the object that no crash leaves behind: unnamed where ``/proc/self/fd``
+    can name it for the put, else a named one that ``close`` removes."""
+    if Path("/proc/self/fd").is_dir():
+        return tempfile.TemporaryFile(prefix="shardflow-index-", suffix=".sfidx")
+    return tempfile.NamedTemporaryFile(prefix="shardflow-index-", suffix=".sfidx")
 
 
 class SpilledColumns:
@@ -101,39 +115,39 @@ class SpilledColumns:
                           n_groups, n_shards)
         whole = hashlib.sha256(head)
         try:
-            fd, name = tempfile.mkstemp(prefix="shardflow-index-", suffix=".sfidx")
+            out = _object_file()
         except OSError as exc:
+            self.close()
             raise _disk_error(exc) from None
-        path = Path(name)
         try:
             buffer = bytearray(_COPY)
             view = memoryview(buffer)
-            with os.fdopen(fd, "wb") as out:
-                out.write(head)
-                size = len(head)
-                for column in sorted(self.dtypes):
-                    source = self._files[column]
-                    source.seek(0)
-                    while got := source.readinto(view):
-                        out.write(view[:got])
-                        whole.update(view[:got])
-                    pad = padding(self._bytes[column])
-                    out.write(pad)
-                    whole.update(pad)
-                    size += self._bytes[column] + len(pad)
-                    source.close()  # its space back before the next is copied
+            out.write(head)
+            size = len(head)
+            for column in sorted(self.dtypes):
+                source = self._files[column]
+                source.seek(0)
+                while got := source.readinto(view):
+                    out.write(view[:got])
+                    whole.update(view[:got])
+                pad = padding(self._bytes[column])
+                out.write(pad)
+                whole.update(pad)
+                size += self._bytes[column] + len(pad)
+                source.close()  # its space back before the next is copied
+            out.flush()
         except OSError as exc:
-            path.unlink(missing_ok=True)
+            out.close()
             raise _disk_error(exc) from None
         except BaseException:
-            path.unlink(missing_ok=True)
+            out.close()
             raise
         finally:
             self.close()
         sha = whole.hexdigest()
         ref = IndexRef(index_name(sha), size, sha,
                        hashlib.sha256(header_bytes(head)).hexdigest(), digest)
-        return IndexFile(path, ref)
+        return IndexFile(out, ref)
 
     def close(self) -> None:
         for fh in self._files.values():
