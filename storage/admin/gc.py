@@ -9,6 +9,9 @@ What is kept, on every replica:
 - any object written less than ``min_age_s`` ago: a rebuild in progress has written objects
   that no manifest names yet;
 - ``_work/`` while any of its objects is younger than ``min_age_s`` (a run in progress);
+- multipart uploads under the dataset that never completed (S3; a cancelled or killed write's
+  parts, listed by no object listing: :mod:`storage.io.multipart`) are aborted once started
+  longer ago than ``min_age_s`` (a writer may still be sending one);
 - anything gc does not know (``_degraded/``, foreign files): it only removes under
   ``shards/``, ``quarantine/``, ``_versions/``, ``_work/``, root ``tokenizer*.json`` files and
   leftover ``.tmp-*`` files of interrupted local writes.
@@ -45,6 +48,7 @@ from storage.format.layout import (
     parse_version_name,
 )
 from storage.format.manifest import Manifest, ManifestError
+from storage.io import multipart
 from storage.io.index_store import shard_paths_of
 from storage.io.listing import list_tree, mtime_of
 from storage.io.replicas import Replica, ReplicaSet
@@ -74,6 +78,10 @@ class GcReport:
     versions: list[Removal] = field(default_factory=list)
     objects: list[Removal] = field(default_factory=list)
     work: list[Removal] = field(default_factory=list)
+    #: open multipart uploads aborted (their ``bytes``: 0, S3 does not list them cheaply)
+    uploads: list[Removal] = field(default_factory=list)
+    #: open multipart uploads left alone: started less than ``min_age_s`` ago
+    young_uploads: int = 0
     #: unreferenced objects left alone because they are younger than ``min_age_s``
     young: int = 0
     #: candidates found younger on the second look, right before removal
@@ -94,12 +102,19 @@ class GcReport:
         if verbose:
             lines += [f"  {verb} {r.path}  ({r.bytes:,} bytes, {r.replica})"
                       for r in self.removed]
+            lines += [f"  {'would abort' if self.dry_run else 'aborted'} {r.path}  ({r.replica})"
+                      for r in self.uploads]
         kept = ", ".join(map(str, self.kept_versions)) or "none recorded"
         lines.append(f"kept versions: {kept} (--keep {self.keep}; plus any superseded less "
                      f"than {self.min_age_s:g} s ago)")
         if self.young or self.rewritten:
             lines.append(f"left {self.young + self.rewritten} unreferenced object(s) younger "
                          f"than {self.min_age_s:g} s (a rebuild in progress may need them)")
+        if self.uploads or self.young_uploads:
+            verb_up = "would abort" if self.dry_run else "aborted"
+            lines.append(f"{verb_up} {len(self.uploads)} unfinished multipart upload(s)"
+                         + (f", left {self.young_uploads} started less than "
+                            f"{self.min_age_s:g} s ago" if self.young_uploads else ""))
         if self.work_in_progress:
             lines.append(f"left {WORK_DIR}/ alone: a run wrote to it less than "
                          f"{self.min_age_s:g} s ago")
@@ -115,6 +130,7 @@ class _Replica:
     tree: dict[str, dict[str, Any]]
     manifest: Manifest | None
     manifest_tag: str | None
+    uploads: list[multipart.Upload] = field(default_factory=list)
 
 
 def _scan(replica: Replica) -> _Replica:
@@ -125,6 +141,7 @@ def _scan(replica: Replica) -> _Replica:
         if links:
             raise GcError(_symlinks(replica, links))
         data = loc.fs.cat_file(loc.path(MANIFEST)) if MANIFEST in tree else None
+        uploads = multipart.open_uploads(loc)
     except GcError:
         raise
     except Exception as exc:
@@ -133,7 +150,8 @@ def _scan(replica: Replica) -> _Replica:
     manifest = None
     if data is not None:
         manifest = _parse(data, f"{replica.name}: {MANIFEST}")
-    return _Replica(replica, tree, manifest, manifest_tag(data) if data is not None else None)
+    return _Replica(replica, tree, manifest, manifest_tag(data) if data is not None else None,
+                    uploads)
 
 
 def _symlinks(replica: Replica, links: list[str]) -> str:
@@ -258,7 +276,21 @@ def collect(store: ReplicaSet, keep: int, min_age_s: float = DEFAULT_MIN_AGE_S,
         report.work += _remove(s, work, cutoff, dry_run, report, recheck=True)
         if work and not dry_run:
             _remove_empty_dirs(s.replica, WORK_DIR)
+        report.uploads += _abort_old_uploads(s, cutoff, dry_run, report)
     return report
+
+
+def _abort_old_uploads(s: _Replica, cutoff: float, dry_run: bool,
+                       report: GcReport) -> list[Removal]:
+    out = []
+    for upload in s.uploads:
+        if upload.initiated >= cutoff:
+            report.young_uploads += 1
+            continue
+        if not dry_run:
+            multipart.abort(s.replica.loc, upload)
+        out.append(Removal(s.replica.name, f"{upload.relative} (upload {upload.upload_id})", 0))
+    return out
 
 
 def _remove(s: _Replica, rels: list[str], cutoff: float, dry_run: bool, report: GcReport,

@@ -12,17 +12,23 @@ from pathlib import Path
 from typing import Any
 
 from storage.format.checksums import digest_bytes, digest_stream
-from storage.io import degraded
+from storage.io import degraded, multipart
 from storage.io.atomic import Payload, payload_size, write_atomic
 from storage.io.replica_errors import QuorumError, short_error
 from storage.io.replica_health import Replica, ReplicaHealth
 from storage.io.retry import THROTTLE, TRANSIENT, Backoff, classify
 from storage.io.urls import Location, write_deadline_s
 
+#: How long the clean-up after a cancelled write waits on each request (a hung store leaves
+#: the upload to ``gc``: :mod:`storage.io.multipart`)
+ABORT_TIMEOUT_S = 1.0
+
 
 class _WriteDeadline:
     """An async filesystem (s3fs, ...) whose whole-object writes are cancelled after
-    ``seconds``: fsspec's ``timeout`` wraps the request in ``asyncio.wait_for``."""
+    ``seconds``: fsspec's ``timeout`` wraps the request in ``asyncio.wait_for``. A cancelled
+    write's multipart upload, if it began one, is aborted when the store still answers
+    (cancellation skips s3fs's own abort)."""
 
     def __init__(self, fs: Any, seconds: float) -> None:
         self._fs, self._seconds = fs, seconds
@@ -30,22 +36,25 @@ class _WriteDeadline:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._fs, name)
 
-    def _bounded(self, what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def _bounded(self, what: str, call: Callable[..., Any], *args: Any,
+                 uploading: str | None = None, **kwargs: Any) -> Any:
         from fsspec.exceptions import FSTimeoutError
 
         try:
             return call(*args, timeout=self._seconds, **kwargs)
         except FSTimeoutError as exc:
+            if uploading is not None:
+                multipart.abort_uploads_of(self._fs, uploading, ABORT_TIMEOUT_S)
             raise TimeoutError(f"{what} not done in {self._seconds:.1f} s (cancelled)") from exc
 
     def pipe_file(self, path: str, data: bytes, **kwargs: Any) -> Any:
         return self._bounded(f"write of {len(data):,} bytes to {path}", self._fs.pipe_file,
-                             path, data, **kwargs)
+                             path, data, uploading=path, **kwargs)
 
     def put_file(self, source: str, path: str, **kwargs: Any) -> Any:
         """A local file's bytes, under the deadline for its size."""
         return self._bounded(f"write of {source} to {path}", self._fs.put_file, source, path,
-                             **kwargs)
+                             uploading=path, **kwargs)
 
     def cp_file(self, source: str, path: str, **kwargs: Any) -> Any:
         """A server-side copy, under the same deadline as writing the bytes would have."""

@@ -231,3 +231,29 @@ def test_a_rebuild_over_an_older_dataset_records_it_first(tmp_path: Path) -> Non
     assert collect(store, keep=1).removed == []  # superseded just now: kept
     report = collect(store, keep=1, now=time.time() + LATER)
     assert {r.path for r in report.objects} == {old.shards[0].path, old.tokenizer.path}
+
+
+def test_gc_aborts_unfinished_uploads_once_they_are_old(s3_bucket) -> None:  # type: ignore[no-untyped-def]
+    """A cancelled or killed write's multipart upload: its parts are listed by no object
+    listing; gc aborts it once older than the grace period, as it removes an object."""
+    from storage.io import multipart
+
+    store = ReplicaSet.from_urls([f"{s3_bucket.url}/datasets/ds"], s3_bucket.storage_options)
+    commit(store, write_version(store, [b"v1"]))
+    loc = store.primary
+    fs = multipart.s3_filesystem(loc)
+    bucket, key, _ = fs.split_path(loc.path("_index/idx-0123.sfidx"))
+    upload = fs.call_s3("create_multipart_upload", Bucket=bucket, Key=key)["UploadId"]
+    fs.call_s3("upload_part", Bucket=bucket, Key=key, UploadId=upload, PartNumber=1,
+               Body=b"x" * 4096)
+    young = collect(store, keep=1)  # a writer may still be sending it
+    assert young.uploads == [] and young.young_uploads == 1
+    assert "left 1 started less than 3600 s ago" in young.render()
+    dry = collect(store, keep=1, now=time.time() + LATER, dry_run=True)
+    assert [r.path for r in dry.uploads] == [f"_index/idx-0123.sfidx (upload {upload})"]
+    assert [u.upload_id for u in multipart.open_uploads(loc)] == [upload]
+    report = collect(store, keep=1, now=time.time() + LATER)
+    assert len(report.uploads) == 1 and "aborted 1 unfinished multipart upload(s)" in \
+        report.render()
+    assert multipart.open_uploads(loc) == []
+    assert verify(store).ok
