@@ -121,17 +121,30 @@ def _members(fh: BinaryIO, limit: int, position: list[int]) -> Iterator[tuple[in
         out: list[bytes] = []
         size = consumed = 0
         error: str | None = None
+        # The member's raw bytes, while no more than ``limit``: a damaged header can swallow
+        # the next members whole (an FEXTRA or FNAME field runs on for up to 64 KiB or to the
+        # next NUL byte), and only these bytes let reading go on at the next gzip header.
+        kept: list[bytes] | None = []
+        kept_size = 0
         while not d.eof:
             if not pending and not more():
                 break
             feed, pending = pending, b""
             consumed += len(feed)
+            if kept is not None:
+                kept.append(feed)
+                kept_size += len(feed)
+                if kept_size > limit:
+                    kept = None
             try:
                 piece = d.decompress(feed)
             except zlib.error as exc:
                 error = f"gzip data error: {exc}"
-                pending = feed  # resynchronise inside what was fed
-                consumed -= len(feed)
+                if kept is not None:  # resynchronise anywhere in the member
+                    pending, consumed = b"".join(kept), 0
+                else:  # resynchronise inside what was fed
+                    pending = feed
+                    consumed -= len(feed)
                 break
             size += len(piece)
             if size <= limit:
@@ -150,6 +163,13 @@ def _members(fh: BinaryIO, limit: int, position: list[int]) -> Iterator[tuple[in
             offset = start + skipped
             continue
         if not d.eof:
+            member = b"".join(kept) if kept is not None else b""
+            restart = _resync(member, 1)
+            if restart > 0:  # the file goes on with another member after this one's header
+                yield start, ("malformed_record", "gzip member not ended before the gzip "
+                              f"header at byte {start + restart}", b"".join(out)[:1024])
+                pending, offset = member[restart:], start + restart
+                continue
             yield start, ("truncated_input", f"gzip member cut off after {size} decompressed "
                           "bytes (end of file)", b"".join(out)[:1024])
             return

@@ -166,3 +166,26 @@ def test_damage_anywhere_loses_only_the_damaged_member(members: list[bytes],
         elif not cut and start > at:  # wholly after an insertion, shifted by it
             assert docs.get(f"t.warc.gz@{start + len(junk)}") == f"http://m/{i}"
     assert all(isinstance(x, Rejected) for x in got if not isinstance(x, Document))
+
+
+@pytest.mark.parametrize("junk", [
+    b"\x1f\x8b\x08",  # a bare gzip magic (the case the property test above found)
+    b"\x1f\x8b\x08\x04" + bytes(6) + b"\xff\xff",  # FEXTRA: a 64 KiB field over what follows
+    b"\x1f\x8b\x08\x08" + bytes(6) + b"no NUL here",  # FNAME: a name running to the next NUL
+])
+@pytest.mark.parametrize("where", ["before member 1", "inside member 2's tail"])
+def test_a_fake_gzip_header_does_not_swallow_the_members_after_it(
+        members: list[bytes], junk: bytes, where: str) -> None:
+    """A damaged header whose fields run over the next members' headers: the reader ran to
+    the end of the file inside it and called the rest one truncated member."""
+    blob = b"".join(members)
+    starts = offsets(members)
+    at = starts[1] if where == "before member 1" else starts[3] - 18
+    got = read(blob[:at] + junk + blob[at:])
+    docs = {d.source: d.url for d in got if isinstance(d, Document)}
+    first_after = 1 if where == "before member 1" else 3
+    for i in range(first_after, len(members)):
+        assert docs.get(f"t.warc.gz@{starts[i] + len(junk)}") == f"http://m/{i}", got
+    rejects = [r for r in got if isinstance(r, Rejected)]
+    assert rejects and all(r.reason == "malformed_record" for r in rejects)
+    assert rejects[0].source == f"t.warc.gz@{at if where == 'before member 1' else starts[2]}"
