@@ -1,8 +1,9 @@
 """The pipeline job: plan partitions, run the two phases and the dedup shuffle on Dask, commit.
 
-Order of events, each safe to interrupt: the output's writer lease is taken on the primary
-(``storage.lease``; renewed meanwhile, checked again right before the swap: one run writes an
-output at a time, since runs would share ``_work/``); the tokenizer is written; phase 1 and
+Order of events, each safe to interrupt: the output's writer lease is taken on every replica
+(``storage.io.replica_leases``; the primary must answer; renewed meanwhile, checked again
+right before the swap: one run writes an output at a time, since runs would share ``_work/``,
+and no gc of one replica runs under it); the tokenizer is written; phase 1 and
 phase 2 leave markers under ``_work/`` (see ``pipeline.work``); the manifest is built last, in
 partition order, from results that do not depend on timing; the binary row-group index of its
 shards is put (``index/<sha16>.sfidx``, the store's quorum put) and named by the manifest
@@ -75,7 +76,7 @@ from storage import (
 )
 from storage.format.index import indexed
 from storage.io.degraded import describe as describe_degraded
-from storage.io.lease import Lease, hold
+from storage.io.replica_leases import ReplicaLeases, hold_replicas
 
 
 @dataclass
@@ -474,8 +475,7 @@ def run(cfg: PipelineConfig, log: TextIO | None = None, progress: bool = True) -
     """
     log = log or sys.stderr
     store = cfg.output_store()
-    lease = hold(store.primary, store.replicas[0].name, "run", ttl_s=cfg.lease_ttl,
-                 wait=cfg.wait, log=log)
+    lease = hold_replicas(store, "run", ttl_s=cfg.lease_ttl, wait=cfg.wait, log=log)
     try:
         return _run(cfg, store, lease, log, progress)
     finally:
@@ -496,7 +496,7 @@ def _probe_candidates(files: FileTable) -> list[str]:
     return [files.url(i) for i in picks]
 
 
-def _run(cfg: PipelineConfig, store: ReplicaSet, lease: Lease, log: TextIO,
+def _run(cfg: PipelineConfig, store: ReplicaSet, lease: ReplicaLeases, log: TextIO,
          progress: bool) -> RunSummary:
     start = time.perf_counter()
     meter = carbon.CarbonRun(cfg, log)  # energy from here on; a bad --carbon-signal fails here

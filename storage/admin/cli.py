@@ -16,7 +16,7 @@ from storage.admin.versions import history, render_history
 from storage.config import ConfigFlag, ReplicaFlags, make_app, parse
 from storage.format.manifest import DatasetNotFoundError, ManifestError
 from storage.io.degraded import describe as describe_degraded
-from storage.io.lease import hold
+from storage.io.replica_leases import hold_replicas
 from storage.io.replicas import ReplicaError, ReplicaSet
 from storage.io.retry import is_store_error
 
@@ -149,7 +149,7 @@ def upgrade_(url: Url = None, /, *, where: ReplicaFlags = ReplicaFlags(),  # noq
 def _writing(command: str, store: ReplicaSet, wait: bool, run: Any) -> int:
     """``run(store)`` holding the dataset's writer lease (taken at once or, with --wait,
     when its holder lets go), released also when ``run`` fails."""
-    lease = hold(store.primary, store.replicas[0].name, command, wait=wait)
+    lease = hold_replicas(store, command, wait=wait)
     try:
         return run(store)
     finally:

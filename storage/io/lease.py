@@ -444,11 +444,17 @@ class Lease:
             _delete(self.loc, token)
 
     def acquire(self, wait: bool = False, poll_s: float = 5.0,
-                on_wait: Callable[[Holder], None] | None = None, hint: str = "") -> None:
+                on_wait: Callable[[Holder], None] | None = None, hint: str = "",
+                answer_s: float | None = None) -> None:
         """Take the lease; when held, raise :class:`LeaseHeldError` at once, or with ``wait``
-        call ``on_wait(holder)`` and poll every ``poll_s`` until it is free or stale."""
+        call ``on_wait(holder)`` and poll every ``poll_s`` until it is free or stale.
+
+        ``answer_s``: each attempt must finish within that many seconds, else
+        :class:`StoreSilentError`; a store that accepts connections but never answers (a
+        hung server) would otherwise hold the caller for as long as its client retries."""
         while True:
-            other = self.try_acquire()
+            other = (self.try_acquire() if answer_s is None else
+                     call_within(answer_s, self.try_acquire, f"the lease on {self.url}"))
             if other is None:
                 return
             if not wait:
@@ -530,6 +536,33 @@ class Lease:
         self.release()
 
 
+class StoreSilentError(TimeoutError):
+    """A store did not answer a lease request in time (hung, not refusing)."""
+
+
+def call_within(seconds: float, fn: Callable[[], Any], what: str) -> Any:
+    """``fn()``'s result, or :class:`StoreSilentError` when it has not returned within
+    ``seconds``; the call then goes on in a daemon thread and its result is dropped (a lease
+    it may still create names this run and expires, or is confirmed by a later attempt)."""
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # handed to the caller below
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, daemon=True, name="shardflow-lease-call").start()
+    if not done.wait(seconds):
+        raise StoreSilentError(f"no answer from the store in {seconds:.0f} s ({what})")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
 class PrimaryUnavailableError(OSError):
     """The primary replica cannot hold the writer lease: unreachable or refusing."""
 
@@ -538,8 +571,13 @@ class PrimaryUnavailableError(OSError):
 WAIT_POLL_S, WAIT_SAY_S = 5.0, 30.0
 
 
+#: how long a store gets to answer one attempt to take a lease (a create, a read or two)
+ANSWER_S = 15.0
+
+
 def hold(loc: Location, name: str, what: str, ttl_s: float = DEFAULT_TTL_S, wait: bool = False,
-         log: TextIO | None = None) -> Lease:
+         log: TextIO | None = None, run_id: str | None = None,
+         answer_s: float = ANSWER_S) -> Lease:
     """The writer lease of the dataset at ``loc`` (the primary replica, named ``name``), taken
     for ``what`` ("run", "gc", "repair", ...) and renewed until :meth:`Lease.release`.
 
@@ -549,9 +587,11 @@ def hold(loc: Location, name: str, what: str, ttl_s: float = DEFAULT_TTL_S, wait
     here in one line (:class:`PrimaryUnavailableError`), whatever a write quorum allows: the
     lease and a run's scratch live there alone. When held by another writer,
     :class:`LeaseHeldError` at once, or with ``wait`` a line on ``log`` and a poll until free.
+    ``run_id``: the lease's run id (a new one by default). Writers take it on every replica
+    through :func:`storage.io.replica_leases.hold_replicas`, which calls this for the primary.
     """
     log = log or sys.stderr
-    lease = Lease(loc, ttl_s=ttl_s)
+    lease = Lease(loc, ttl_s=ttl_s, run_id=run_id)
     said: list[tuple[str, float]] = []
 
     def waiting(holder: Holder) -> None:
@@ -563,11 +603,12 @@ def hold(loc: Location, name: str, what: str, ttl_s: float = DEFAULT_TTL_S, wait
     try:
         lease.acquire(wait=wait, poll_s=min(WAIT_POLL_S, ttl_s / 3), on_wait=waiting,
                       hint="run again with --wait to wait for it (a writer that died leaves a "
-                           "lease that is taken over once it expires)")
+                           "lease that is taken over once it expires)", answer_s=answer_s)
     except LeaseHeldError:
         raise
     except Exception as exc:
         state = ("is unreachable" if classify(exc) in (TRANSIENT, TIMEOUT)
+                 or isinstance(exc, StoreSilentError)
                  else f"refused the {what}'s writer lease")
         detail = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         raise PrimaryUnavailableError(

@@ -115,6 +115,33 @@ def test_wait_waits_for_the_first_run_then_succeeds(corpus: Path, tmp_path: Path
     assert not (out / "_work").exists() and not (out / LEASE).exists()
 
 
+def test_a_gc_of_one_replica_during_a_run_into_two_is_refused(corpus: Path,
+                                                              tmp_path: Path) -> None:
+    """An operator cleans replicas one at a time: ``storage gc B`` while a run writes A and B.
+    The run held the lease on A (its primary) alone, so the gc took B's, saw no writer and
+    could remove the shards the run had written on B; now the run holds B's too."""
+    out, mirror = tmp_path / "a" / "ds", tmp_path / "b" / "ds"
+    first = _start(_args(corpus, out, "--replica", str(mirror)))
+    try:
+        wait_for(lambda: any(mirror.glob("shards/*.parquet")) or first.poll() is not None,
+                 120, "the run's first shard on its second replica")
+        gc = subprocess.run([sys.executable, "-m", "storage", "gc", str(mirror), "--keep", "1",
+                             "--min-age", "0"], cwd=REPO, env=ENV, capture_output=True,
+                            text=True, timeout=120)
+        overlapped = first.poll() is None
+        _, stderr = first.communicate(timeout=300)
+    finally:
+        kill_tree(first.pid)
+    assert overlapped, "the run ended before the gc: it proved nothing"
+    assert gc.returncode == 2, gc.stdout + gc.stderr
+    assert f"{mirror} is being written by another run: host {socket.gethostname()}, " \
+           f"pid {first.pid}" in gc.stderr
+    assert first.returncode == 0, stderr
+    for ds in (out, mirror):
+        assert _verify(ds).returncode == 0  # every shard the run wrote is still there
+        assert not (ds / LEASE).exists()
+
+
 def _dead_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
