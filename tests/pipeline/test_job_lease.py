@@ -8,6 +8,7 @@ commit removed it: the second failed half-way (rc 2) and left its work files beh
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -23,6 +24,7 @@ import pytest
 from pipeline.config import PipelineConfig
 from pipeline.job import run
 from storage import read_manifest, resolve
+from storage.admin.cli import main as storage_cli
 from storage.format.layout import LEASE
 from storage.io.lease import Holder, LeaseLostError, _pid_namespace
 from tests.conftest import shakespeare_texts
@@ -115,27 +117,33 @@ def test_wait_waits_for_the_first_run_then_succeeds(corpus: Path, tmp_path: Path
     assert not (out / "_work").exists() and not (out / LEASE).exists()
 
 
-def test_a_gc_of_one_replica_during_a_run_into_two_is_refused(corpus: Path,
-                                                              tmp_path: Path) -> None:
+def test_a_gc_of_one_replica_during_a_run_into_two_is_refused(
+        corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """An operator cleans replicas one at a time: ``storage gc B`` while a run writes A and B.
     The run held the lease on A (its primary) alone, so the gc took B's, saw no writer and
-    could remove the shards the run had written on B; now the run holds B's too."""
+    removed the shards and tokenizer the run had written on B; now the run holds B's too.
+    The gc is the real CLI called in this process the moment the run holds its first lease
+    (a fresh interpreter's start could miss a run of a few seconds on a loaded machine)."""
     out, mirror = tmp_path / "a" / "ds", tmp_path / "b" / "ds"
     first = _start(_args(corpus, out, "--replica", str(mirror)))
     try:
-        wait_for(lambda: any(mirror.glob("shards/*.parquet")) or first.poll() is not None,
-                 120, "the run's first shard on its second replica")
-        gc = subprocess.run([sys.executable, "-m", "storage", "gc", str(mirror), "--keep", "1",
-                             "--min-age", "0"], cwd=REPO, env=ENV, capture_output=True,
-                            text=True, timeout=120)
+        wait_for(lambda: (out / LEASE).exists() or first.poll() is not None, 120,
+                 "the run's lease")
+        # its second replica's lease follows at once (before any Dask work): give it 2 s; the
+        # code before never took it, and its gc then ran and succeeded
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda: (mirror / LEASE).exists(), 2, "the second replica's lease")
+        capsys.readouterr()
+        gc_rc = storage_cli(["gc", str(mirror), "--keep", "1", "--min-age", "0"])
+        gc_err = capsys.readouterr().err
         overlapped = first.poll() is None
         _, stderr = first.communicate(timeout=300)
     finally:
         kill_tree(first.pid)
     assert overlapped, "the run ended before the gc: it proved nothing"
-    assert gc.returncode == 2, gc.stdout + gc.stderr
+    assert gc_rc == 2, gc_err
     assert f"{mirror} is being written by another run: host {socket.gethostname()}, " \
-           f"pid {first.pid}" in gc.stderr
+           f"pid {first.pid}" in gc_err
     assert first.returncode == 0, stderr
     for ds in (out, mirror):
         assert _verify(ds).returncode == 0  # every shard the run wrote is still there
