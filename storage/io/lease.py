@@ -454,7 +454,8 @@ class Lease:
         hung server) would otherwise hold the caller for as long as its client retries."""
         while True:
             other = (self.try_acquire() if answer_s is None else
-                     call_within(answer_s, self.try_acquire, f"the lease on {self.url}"))
+                     call_within(answer_s, self.try_acquire, f"the lease on {self.url}",
+                                 on_late=self._let_go_if_taken))
             if other is None:
                 return
             if not wait:
@@ -462,6 +463,12 @@ class Lease:
             if on_wait is not None:
                 on_wait(other)
             time.sleep(poll_s)
+
+    def _let_go_if_taken(self, other: Holder | None) -> None:
+        """An attempt given up on (the store was silent) took the lease after all: release it
+        rather than leave it to block every other writer until it expires."""
+        if other is None:
+            self.release()
 
     def renew(self) -> None:
         """Extend our expiry; marks the lease lost when another holder is there or our expiry
@@ -540,27 +547,41 @@ class StoreSilentError(TimeoutError):
     """A store did not answer a lease request in time (hung, not refusing)."""
 
 
-def call_within(seconds: float, fn: Callable[[], Any], what: str) -> Any:
+def call_within(seconds: float, fn: Callable[[], Any], what: str,
+                on_late: Callable[[Any], None] | None = None) -> Any:
     """``fn()``'s result, or :class:`StoreSilentError` when it has not returned within
-    ``seconds``; the call then goes on in a daemon thread and its result is dropped (a lease
-    it may still create names this run and expires, or is confirmed by a later attempt)."""
+    ``seconds``; the call then goes on in a daemon thread, and ``on_late(result)`` is called
+    there if it returns after all (an error then is dropped)."""
     box: dict[str, Any] = {}
+    lock = threading.Lock()
     done = threading.Event()
 
     def run() -> None:
         try:
-            box["value"] = fn()
-        except BaseException as exc:  # handed to the caller below
+            value = fn()
+        except BaseException as exc:  # handed to the caller below, unless it gave up
             box["error"] = exc
-        finally:
             done.set()
+            return
+        with lock:
+            box["value"] = value
+            late = box.get("gave_up", False)
+        done.set()
+        if late and on_late is not None:
+            with contextlib.suppress(Exception):
+                on_late(value)
 
     threading.Thread(target=run, daemon=True, name="shardflow-lease-call").start()
     if not done.wait(seconds):
-        raise StoreSilentError(f"no answer from the store in {seconds:.0f} s ({what})")
+        with lock:
+            if "value" not in box:
+                box["gave_up"] = True
+        if box.get("gave_up"):
+            raise StoreSilentError(f"no answer from the store in {seconds:.0f} s ({what})")
+    done.wait()
     if "error" in box:
         raise box["error"]
-    return box.get("value")
+    return box["value"]
 
 
 class PrimaryUnavailableError(OSError):

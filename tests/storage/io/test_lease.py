@@ -23,7 +23,9 @@ from storage.io.lease import (
     Lease,
     LeaseHeldError,
     LeaseLostError,
+    StoreSilentError,
     _pid_namespace,
+    call_within,
     conditional_creates,
     create_if_absent,
 )
@@ -244,3 +246,24 @@ def test_a_take_over_token_left_by_a_dead_candidate_expires(tmp_path: Path) -> N
     lease.acquire()
     assert lease.took_over is not None and not token.exists()
     lease.release()
+
+
+def test_call_within_gives_up_in_time_and_hands_a_late_result_on() -> None:
+    gate, late = threading.Event(), []
+
+    def slow() -> str:
+        gate.wait(10)
+        return "taken"
+
+    t0 = time.monotonic()
+    with pytest.raises(StoreSilentError, match="no answer from the store in 0 s"):
+        call_within(0.2, slow, "a test", on_late=late.append)
+    assert time.monotonic() - t0 < 2
+    gate.set()
+    deadline = time.monotonic() + 10
+    while not late and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert late == ["taken"]
+    assert call_within(5, lambda: 7, "a test") == 7
+    with pytest.raises(KeyError):
+        call_within(5, lambda: {}["x"], "a test")
