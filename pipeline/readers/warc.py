@@ -188,16 +188,47 @@ def _resync(data: bytes, start: int) -> int:
     return data.find(GZIP_MAGIC, start)
 
 
+#: what ends every WARC record after its block (the spec's two CRLFs)
+RECORD_END = b"\r\n\r\n"
+
+
+class _Pushback:
+    """A file read by lines and counts, with bytes put back in front (``unread``)."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self.fh, self.buf = fh, b""
+
+    def unread(self, data: bytes) -> None:
+        self.buf = data + self.buf
+
+    def readline(self, limit: int) -> bytes:
+        if not self.buf:
+            return self.fh.readline(limit)
+        cut = self.buf.find(b"\n", 0, limit)
+        if cut >= 0 or len(self.buf) >= limit:
+            end = cut + 1 if cut >= 0 else limit
+            out, self.buf = self.buf[:end], self.buf[end:]
+            return out
+        out, self.buf = self.buf, b""
+        return out + self.fh.readline(limit - len(out))
+
+    def read(self, n: int) -> bytes:
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out + (self.fh.read(n - len(out)) if n > len(out) else b"")
+
+
 def _plain(fh: BinaryIO, limit: int, position: list[int]) -> Iterator[tuple[int, Frame]]:
     """``(offset, header block + content)`` for each record of an uncompressed WARC file;
     a header block that does not parse is a reject, and reading resumes at the next line
-    that starts with ``WARC/``."""
+    that starts with ``WARC/``; so does a record whose Content-Length ran over the start of
+    the next one (it is not followed by its empty line)."""
+    src = _Pushback(fh)
     offset = 0
-    line = fh.readline(1 << 16)
+    line = src.readline(1 << 16)
     while line:
         if not line.strip():
             offset += len(line)
-            line = fh.readline(1 << 16)
+            line = src.readline(1 << 16)
             continue
         start = offset
         position[0] = start
@@ -205,8 +236,12 @@ def _plain(fh: BinaryIO, limit: int, position: list[int]) -> Iterator[tuple[int,
         offset += len(line)
         length = -1
         ok = line.startswith(b"WARC/")
+        interrupted = False  # by another record's version line: never a header field
         while ok:
-            line = fh.readline(1 << 16)
+            line = src.readline(1 << 16)
+            if line.startswith(b"WARC/"):
+                interrupted = True
+                break
             offset += len(line)
             if not line:
                 break
@@ -220,33 +255,55 @@ def _plain(fh: BinaryIO, limit: int, position: list[int]) -> Iterator[tuple[int,
                 except ValueError:
                     length = -1
         header = b"".join(block)
-        if not ok or length < 0 or not line:
+        if not ok or length < 0 or not line or interrupted:
             why = ("no WARC/ version line" if not ok else
-                   "no valid Content-Length" if line else "header block cut off (end of file)")
+                   "header block interrupted by another record's WARC/ line" if interrupted
+                   else "no valid Content-Length" if line
+                   else "header block cut off (end of file)")
             yield start, ("malformed_record", why, header[:1024])
-            line = fh.readline(1 << 16) if ok else fh.readline(1 << 16)
+            if interrupted:
+                continue  # ``line`` is that record's first line, ``offset`` its start
+            line = src.readline(1 << 16) if ok else src.readline(1 << 16)
             while line and not line.startswith(b"WARC/"):
                 offset += len(line)
-                line = fh.readline(1 << 16)
+                line = src.readline(1 << 16)
             continue
         if length > limit:
             yield start, ("record_too_large", f"record of {length} bytes > --max-record-bytes "
                           f"{limit}", header[:1024])
-            _skip(fh, length)
+            _skip(src, length)
             offset += length
-            line = fh.readline(1 << 16)
+            line = src.readline(1 << 16)
             continue
-        content = fh.read(length)
+        content = src.read(length)
         offset += len(content)
         if len(content) < length:
             yield start, ("truncated_input", f"record content cut off after {len(content)} of "
                           f"{length} bytes (end of file)", header[:1024])
             return
-        yield start, header + content + b"\r\n\r\n"
-        line = fh.readline(1 << 16)
+        trailer = src.read(4)
+        if trailer == RECORD_END or RECORD_END.startswith(trailer):  # whole, or end of file
+            offset += len(trailer)
+        else:
+            # Not followed by its empty line: the block's length is wrong (damage in the
+            # header or content). Where a record starts inside what it took, the damage
+            # swallowed it: this one is a reject and reading goes on there.
+            taken = header + content + trailer
+            nxt = taken.find(b"\nWARC/", len(block[0]) - 1)
+            if nxt >= 0:
+                yield start, ("malformed_record", "record not followed by an empty line: its "
+                              f"Content-Length runs over the record at byte {start + nxt + 1}",
+                              header[:1024])
+                offset = start + nxt + 1
+                src.unread(taken[nxt + 1:])
+                line = src.readline(1 << 16)
+                continue
+            src.unread(trailer)
+        yield start, header + content + RECORD_END
+        line = src.readline(1 << 16)
 
 
-def _skip(fh: BinaryIO, n: int) -> None:
+def _skip(fh: _Pushback, n: int) -> None:
     while n > 0:
         got = fh.read(min(n, CHUNK))
         if not got:

@@ -189,3 +189,61 @@ def test_a_fake_gzip_header_does_not_swallow_the_members_after_it(
     rejects = [r for r in got if isinstance(r, Rejected)]
     assert rejects and all(r.reason == "malformed_record" for r in rejects)
     assert rejects[0].source == f"t.warc.gz@{at if where == 'before member 1' else starts[2]}"
+
+
+@pytest.fixture(scope="module")
+def plain_members() -> list[bytes]:
+    return [warcs.response(f"http://m/{i}", f"<p>page {i}</p>".encode() * (i + 1), gz=False)
+            for i in range(6)]
+
+
+def read_plain(data: bytes) -> list[Document | Rejected]:
+    return list(warc.read(io.BytesIO(data), "t.warc", ReadOptions(), [0]))
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_damage_anywhere_in_a_plain_warc_loses_only_the_damaged_record(
+        plain_members: list[bytes], data: st.DataObject) -> None:
+    """The plain-file twin of the gzip property: garbage (sometimes a fake version line or
+    an empty line) inserted at any byte, or the file cut at any byte."""
+    blob = b"".join(plain_members)
+    starts = offsets(plain_members)
+    at = data.draw(st.integers(0, len(blob) - 1))
+    cut = data.draw(st.booleans())
+    junk = data.draw(st.sampled_from([b"", b"WARC/1.0\r\n", b"\r\n\r\n"])) + data.draw(
+        st.binary(min_size=1, max_size=40))
+    got = read_plain(blob[:at] if cut else blob[:at] + junk + blob[at:])
+    docs = {d.source: d.url for d in got if isinstance(d, Document)}
+    for i, start in enumerate(starts):
+        if start + len(plain_members[i]) <= at:
+            assert docs.get(f"t.warc@{start}") == f"http://m/{i}"
+        elif not cut and start > at:
+            assert docs.get(f"t.warc@{start + len(junk)}") == f"http://m/{i}"
+    assert all(isinstance(x, Rejected) for x in got if not isinstance(x, Document))
+
+
+@pytest.mark.parametrize("case", ["junk line in a header", "version line in a trailer"])
+def test_a_plain_record_whose_length_runs_over_the_next_is_rejected_not_merged(
+        plain_members: list[bytes], case: str) -> None:
+    """Both found by the sweep behind the property above: a junk line after Content-Length
+    made the HTTP headers part of the WARC header, the block then took the next record's
+    start (accepted, the next record lost); a version line in a record's trailer began a
+    header that ran into the next record's (which arrived under the junk's offset)."""
+    blob = b"".join(plain_members)
+    starts = offsets(plain_members)
+    if case == "junk line in a header":
+        at = blob.index(b"\r\n", blob.index(b"Content-Length")) + 2
+        junk = b"c\xcb\x04\x8f-\\\xf5\xc9Dj\r"
+        damaged_record = 0
+    else:
+        at, junk, damaged_record = starts[2] - 2, b"WARC/1.0\r\nX\xa3}\x89", 1
+    got = read_plain(blob[:at] + junk + blob[at:])
+    docs = {d.source: d.url for d in got if isinstance(d, Document)}
+    for i, start in enumerate(starts):
+        if i != damaged_record:
+            shifted = start + (len(junk) if start > at else 0)
+            assert docs.get(f"t.warc@{shifted}") == f"http://m/{i}", got
+    rejects = [r for r in got if isinstance(r, Rejected)]
+    assert rejects and {r.reason for r in rejects} == {"malformed_record"}
