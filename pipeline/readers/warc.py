@@ -37,7 +37,8 @@ def read(fh: BinaryIO, name: str, opts: ReadOptions, position: list[int]
          ) -> Iterator[Document | Rejected]:
     """The documents and rejects of one WARC/WET file, given as its raw (compressed) bytes."""
     head = fh.read(3)
-    raw: BinaryIO = _Prefixed(head, fh)  # type: ignore[assignment]
+    raw = _Pushback(fh)
+    raw.unread(head)
     # gzip by its magic, or by its name when the first member is damaged (a plain WARC file
     # starts with its version line, whatever its name)
     gz = head == GZIP_MAGIC or (name.lower().endswith(".gz") and not head.startswith(b"WAR"))
@@ -52,36 +53,37 @@ def read(fh: BinaryIO, name: str, opts: ReadOptions, position: list[int]
         yield from _records(frame, src)
 
 
-class _Prefixed(io.RawIOBase):
-    """``fh`` with bytes already read from it put back in front."""
+class _Pushback:
+    """A file read by lines and counts, with bytes already read put back in front
+    (``unread``): the sniffed head of every file, and the bytes a plain record took past
+    the start of the next one."""
 
-    def __init__(self, head: bytes, fh: BinaryIO) -> None:
-        self.head, self.fh = head, fh
+    def __init__(self, fh: BinaryIO) -> None:
+        self.fh, self.buf = fh, b""
 
-    def readable(self) -> bool:
-        return True
+    def unread(self, data: bytes) -> None:
+        self.buf = data + self.buf
 
-    def read(self, n: int = -1) -> bytes:  # type: ignore[override]
-        if self.head:
-            out, self.head = self.head, b""
-            return out + (self.fh.read(n - len(out)) if n < 0 or n > len(out) else b"")
-        return self.fh.read(n)
+    def readline(self, limit: int) -> bytes:
+        if not self.buf:
+            return self.fh.readline(limit)
+        cut = self.buf.find(b"\n", 0, limit)
+        if cut >= 0 or len(self.buf) >= limit:
+            end = cut + 1 if cut >= 0 else limit
+            out, self.buf = self.buf[:end], self.buf[end:]
+            return out
+        out, self.buf = self.buf, b""
+        return out + self.fh.readline(limit - len(out))
 
-    def readline(self, limit: int = -1) -> bytes:  # type: ignore[override]
-        if self.head:
-            out, self.head = self.head, b""
-            if b"\n" in out:
-                cut = out.index(b"\n") + 1
-                self.head = out[cut:]
-                return out[:cut]
-            return out + self.fh.readline(limit - len(out) if limit > 0 else -1)
-        return self.fh.readline(limit)
+    def read(self, n: int) -> bytes:
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out + (self.fh.read(n - len(out)) if n > len(out) else b"")
 
 
 Frame = bytes | tuple[str, str, bytes]
 
 
-def _members(fh: BinaryIO, limit: int, position: list[int]) -> Iterator[tuple[int, Frame]]:
+def _members(fh: _Pushback, limit: int, position: list[int]) -> Iterator[tuple[int, Frame]]:
     """``(compressed offset, decompressed member)`` for each gzip member, or a reject tuple
     ``(reason, detail, preview)`` for one that cannot be read; reading resumes at the next
     gzip header after a broken member."""
@@ -192,37 +194,11 @@ def _resync(data: bytes, start: int) -> int:
 RECORD_END = b"\r\n\r\n"
 
 
-class _Pushback:
-    """A file read by lines and counts, with bytes put back in front (``unread``)."""
-
-    def __init__(self, fh: BinaryIO) -> None:
-        self.fh, self.buf = fh, b""
-
-    def unread(self, data: bytes) -> None:
-        self.buf = data + self.buf
-
-    def readline(self, limit: int) -> bytes:
-        if not self.buf:
-            return self.fh.readline(limit)
-        cut = self.buf.find(b"\n", 0, limit)
-        if cut >= 0 or len(self.buf) >= limit:
-            end = cut + 1 if cut >= 0 else limit
-            out, self.buf = self.buf[:end], self.buf[end:]
-            return out
-        out, self.buf = self.buf, b""
-        return out + self.fh.readline(limit - len(out))
-
-    def read(self, n: int) -> bytes:
-        out, self.buf = self.buf[:n], self.buf[n:]
-        return out + (self.fh.read(n - len(out)) if n > len(out) else b"")
-
-
-def _plain(fh: BinaryIO, limit: int, position: list[int]) -> Iterator[tuple[int, Frame]]:
+def _plain(src: _Pushback, limit: int, position: list[int]) -> Iterator[tuple[int, Frame]]:
     """``(offset, header block + content)`` for each record of an uncompressed WARC file;
     a header block that does not parse is a reject, and reading resumes at the next line
     that starts with ``WARC/``; so does a record whose Content-Length ran over the start of
     the next one (it is not followed by its empty line)."""
-    src = _Pushback(fh)
     offset = 0
     line = src.readline(1 << 16)
     while line:
@@ -263,7 +239,7 @@ def _plain(fh: BinaryIO, limit: int, position: list[int]) -> Iterator[tuple[int,
             yield start, ("malformed_record", why, header[:1024])
             if interrupted:
                 continue  # ``line`` is that record's first line, ``offset`` its start
-            line = src.readline(1 << 16) if ok else src.readline(1 << 16)
+            line = src.readline(1 << 16)
             while line and not line.startswith(b"WARC/"):
                 offset += len(line)
                 line = src.readline(1 << 16)
@@ -282,7 +258,7 @@ def _plain(fh: BinaryIO, limit: int, position: list[int]) -> Iterator[tuple[int,
                           f"{length} bytes (end of file)", header[:1024])
             return
         trailer = src.read(4)
-        if trailer == RECORD_END or RECORD_END.startswith(trailer):  # whole, or end of file
+        if RECORD_END.startswith(trailer):  # whole, or cut by the end of the file
             offset += len(trailer)
         else:
             # Not followed by its empty line: the block's length is wrong (damage in the
