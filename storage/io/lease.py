@@ -596,21 +596,13 @@ WAIT_POLL_S, WAIT_SAY_S = 5.0, 30.0
 ANSWER_S = 15.0
 
 
-def hold(loc: Location, name: str, what: str, ttl_s: float = DEFAULT_TTL_S, wait: bool = False,
+def take(loc: Location, what: str, ttl_s: float = DEFAULT_TTL_S, wait: bool = False,
          log: TextIO | None = None, run_id: str | None = None,
          answer_s: float = ANSWER_S) -> Lease:
-    """The writer lease of the dataset at ``loc`` (the primary replica, named ``name``), taken
-    for ``what`` ("run", "gc", "repair", ...) and renewed until :meth:`Lease.release`.
-
-    Every writer of a dataset takes it, the pipeline and the admin commands that write alike:
-    a gc during a run would delete the shards the run wrote and no manifest names yet. Taking
-    the lease is the writer's first request to the primary, so a primary that is down fails it
-    here in one line (:class:`PrimaryUnavailableError`), whatever a write quorum allows: the
-    lease and a run's scratch live there alone. When held by another writer,
-    :class:`LeaseHeldError` at once, or with ``wait`` a line on ``log`` and a poll until free.
-    ``run_id``: the lease's run id (a new one by default). Writers take it on every replica
-    through :func:`storage.io.replica_leases.hold_replicas`, which calls this for the primary.
-    """
+    """The writer lease of one replica at ``loc``, taken for ``what`` ("run", "gc", ...) and
+    renewed until :meth:`Lease.release`: :class:`LeaseHeldError` at once when another writer
+    holds it, or with ``wait`` a line on ``log`` and a poll until free; a store that fails or
+    is silent for ``answer_s`` raises its error. ``run_id``: a new one by default."""
     log = log or sys.stderr
     lease = Lease(loc, ttl_s=ttl_s, run_id=run_id)
     said: list[tuple[str, float]] = []
@@ -621,10 +613,30 @@ def hold(loc: Location, name: str, what: str, ttl_s: float = DEFAULT_TTL_S, wait
             print(f"shardflow: waiting for the writer lease on {lease.url}, held by "
                   f"{holder.describe()}", file=log, flush=True)
 
+    lease.acquire(wait=wait, poll_s=min(WAIT_POLL_S, ttl_s / 3), on_wait=waiting,
+                  hint=f"a {what} takes the lease on every replica; run again with --wait to "
+                       "wait for it (a writer that died leaves a lease that is taken over once "
+                       "it expires)", answer_s=answer_s)
+    if lease.took_over is not None:
+        print(f"shardflow: took over the stale writer lease of {lease.took_over.describe()}",
+              file=log)
+    lease.start_renewing()
+    return lease
+
+
+def hold(loc: Location, name: str, what: str, ttl_s: float = DEFAULT_TTL_S, wait: bool = False,
+         log: TextIO | None = None, run_id: str | None = None,
+         answer_s: float = ANSWER_S) -> Lease:
+    """:func:`take` on the primary replica (named ``name``), which must answer.
+
+    Taking the lease is the writer's first request to the primary, so a primary that is down
+    or silent fails here in one line (:class:`PrimaryUnavailableError`), whatever a write
+    quorum allows: a run's scratch (``_work/``) lives there alone. Writers take the lease on
+    every replica through :func:`storage.io.replica_leases.hold_replicas`, which calls this
+    for the primary.
+    """
     try:
-        lease.acquire(wait=wait, poll_s=min(WAIT_POLL_S, ttl_s / 3), on_wait=waiting,
-                      hint="run again with --wait to wait for it (a writer that died leaves a "
-                           "lease that is taken over once it expires)", answer_s=answer_s)
+        return take(loc, what, ttl_s, wait, log, run_id, answer_s)
     except LeaseHeldError:
         raise
     except Exception as exc:
@@ -633,12 +645,7 @@ def hold(loc: Location, name: str, what: str, ttl_s: float = DEFAULT_TTL_S, wait
                  else f"refused the {what}'s writer lease")
         detail = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         raise PrimaryUnavailableError(
-            f"primary {name} {state} ({detail[:300]}): a {what} holds its writer lease (and a "
-            "run its scratch, _work/) on the primary replica alone, so it needs the primary "
-            "whatever --write-quorum allows; bring it back, or list a reachable replica "
-            "first") from None
-    if lease.took_over is not None:
-        print(f"shardflow: took over the stale writer lease of {lease.took_over.describe()}",
-              file=log)
-    lease.start_renewing()
-    return lease
+            f"primary {name} {state} ({detail[:300]}): a {what} takes its writer lease there "
+            "first, and a run keeps its scratch (_work/) on the primary replica alone, so it "
+            "needs the primary whatever --write-quorum allows; bring it back, or list a "
+            "reachable replica first") from None

@@ -41,13 +41,12 @@ from typing import TYPE_CHECKING, TextIO
 from storage.io.lease import (
     ANSWER_S,
     DEFAULT_TTL_S,
-    WAIT_POLL_S,
-    Holder,
     Lease,
     LeaseHeldError,
     LeaseLostError,
     call_within,
     hold,
+    take,
 )
 from storage.io.urls import Location
 
@@ -88,10 +87,6 @@ class ReplicaLeases:
     @property
     def run_id(self) -> str:
         return self.primary.run_id
-
-    @property
-    def url(self) -> str:
-        return self.primary.url
 
     @property
     def held_on(self) -> list[str]:
@@ -184,12 +179,6 @@ class ReplicaLeases:
         if self._thread is not None:
             self._thread.join(self.answer_s)
 
-    def __enter__(self) -> ReplicaLeases:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
 
 def _order_key(loc: Location) -> str:
     """One order for every writer: a replica's URL (credentials are never in it)."""
@@ -237,25 +226,11 @@ def _take_secondary(s: _Secondary, run_id: str, what: str, ttl_s: float, wait: b
                     log: TextIO, answer_s: float) -> None:
     """Take a non-primary replica's lease (before or after the primary's, in URL order); one
     that refuses or does not answer is left to the background catch-up."""
-    lease = Lease(s.loc, ttl_s=ttl_s, run_id=run_id)
-    said: list[str] = []
-
-    def waiting(holder: Holder) -> None:
-        if holder.run_id not in said:
-            said.append(holder.run_id)
-            print(f"shardflow: waiting for the writer lease on {s.name}, held by "
-                  f"{holder.describe()}", file=log, flush=True)
-
     try:
-        lease.acquire(wait=wait, poll_s=min(WAIT_POLL_S, ttl_s / 3), on_wait=waiting,
-                      hint=f"a {what} takes the lease on every replica; run again with --wait "
-                           "to wait for it", answer_s=answer_s)
+        s.lease = take(s.loc, what, ttl_s, wait, log, run_id, answer_s)
     except LeaseHeldError:
         raise
     except Exception as exc:
         detail = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         print(f"shardflow: {s.name} did not answer for its writer lease ({detail[:200]}); "
               "the lease is taken there once it answers", file=log, flush=True)
-        return
-    lease.start_renewing()
-    s.lease = lease
