@@ -9,9 +9,9 @@ What is kept, on every replica:
 - any object written less than ``min_age_s`` ago: a rebuild in progress has written objects
   that no manifest names yet;
 - ``_work/`` while any of its objects is younger than ``min_age_s`` (a run in progress);
-- multipart uploads under the dataset that never completed (S3; a cancelled or killed write's
-  parts, listed by no object listing: :mod:`storage.io.multipart`) are aborted once started
-  longer ago than ``min_age_s`` (a writer may still be sending one);
+- multipart uploads that never completed (S3; a cancelled or killed write's parts, listed by
+  no object listing: :mod:`storage.io.multipart`) of a path gc may remove are aborted once
+  started longer ago than ``min_age_s`` (a writer may still be sending one);
 - anything gc does not know (``_degraded/``, foreign files): it only removes under
   ``shards/``, ``quarantine/``, ``_versions/``, ``_work/``, root ``tokenizer*.json`` files and
   leftover ``.tmp-*`` files of interrupted local writes.
@@ -284,6 +284,9 @@ def _abort_old_uploads(s: _Replica, cutoff: float, dry_run: bool,
                        report: GcReport) -> list[Removal]:
     out = []
     for upload in s.uploads:
+        rel = upload.relative
+        if not (_collectable(rel) or rel.startswith(WORK_DIR + "/") or parse_version_name(rel)):
+            continue  # not gc's to remove (a foreign tool's upload), like a foreign file
         if upload.initiated >= cutoff:
             report.young_uploads += 1
             continue

@@ -8,8 +8,8 @@ stays open: its parts are stored, and billed, but listed by no object listing, s
 fails with an ``Exception``; cancellation is a ``BaseException`` (``asyncio.CancelledError``).
 
 So the writer aborts the uploads of the key it was writing right after a cancelled put (which
-works when the server is slow, not when it is hung), and ``storage gc`` aborts every upload
-under the dataset started longer ago than ``--min-age`` (:mod:`storage.admin.gc`).
+works when the server is slow, not when it is hung), and ``storage gc`` aborts those of the
+paths it may remove started longer ago than ``--min-age`` (:mod:`storage.admin.gc`).
 A bucket lifecycle rule (``AbortIncompleteMultipartUpload``) does the same server-side.
 """
 

@@ -242,18 +242,20 @@ def test_gc_aborts_unfinished_uploads_once_they_are_old(s3_bucket) -> None:  # t
     commit(store, write_version(store, [b"v1"]))
     loc = store.primary
     fs = multipart.s3_filesystem(loc)
-    bucket, key, _ = fs.split_path(loc.path("_index/idx-0123.sfidx"))
+    bucket, key, _ = fs.split_path(loc.path("index/idx-0123.sfidx"))
     upload = fs.call_s3("create_multipart_upload", Bucket=bucket, Key=key)["UploadId"]
     fs.call_s3("upload_part", Bucket=bucket, Key=key, UploadId=upload, PartNumber=1,
                Body=b"x" * 4096)
+    _, foreign_key, _ = fs.split_path(loc.path("notes/big.bin"))  # not gc's: left alone
+    foreign = fs.call_s3("create_multipart_upload", Bucket=bucket, Key=foreign_key)["UploadId"]
     young = collect(store, keep=1)  # a writer may still be sending it
     assert young.uploads == [] and young.young_uploads == 1
     assert "left 1 started less than 3600 s ago" in young.render()
     dry = collect(store, keep=1, now=time.time() + LATER, dry_run=True)
-    assert [r.path for r in dry.uploads] == [f"_index/idx-0123.sfidx (upload {upload})"]
-    assert [u.upload_id for u in multipart.open_uploads(loc)] == [upload]
+    assert [r.path for r in dry.uploads] == [f"index/idx-0123.sfidx (upload {upload})"]
+    assert sorted(u.upload_id for u in multipart.open_uploads(loc)) == sorted([upload, foreign])
     report = collect(store, keep=1, now=time.time() + LATER)
     assert len(report.uploads) == 1 and "aborted 1 unfinished multipart upload(s)" in \
         report.render()
-    assert multipart.open_uploads(loc) == []
+    assert [u.upload_id for u in multipart.open_uploads(loc)] == [foreign]
     assert verify(store).ok
