@@ -5,20 +5,16 @@ rival on any replica refuses the commit. Real directories, the real S3 server, r
 
 from __future__ import annotations
 
-import contextlib
 import io
-import os
 import secrets
 import shutil
-import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from loopback_s3 import S3Server, start_servers
+from loopback_s3 import S3Server
 from storage import ReplicaSet
 from storage.format.layout import LEASE
 from storage.io.lease import (
@@ -29,6 +25,7 @@ from storage.io.lease import (
     PrimaryUnavailableError,
 )
 from storage.io.replica_leases import hold_replicas
+from tests.storage.io._s3_faults import default_options, resume, stop
 
 
 def _urls(tmp_path: Path, n: int = 2) -> list[str]:
@@ -200,38 +197,15 @@ def test_on_s3_a_gc_of_one_bucket_sees_the_run_on_both(s3_buckets) -> None:  # t
     again.release()
 
 
-@pytest.fixture(scope="module")
-def stoppable() -> Iterator[list[S3Server]]:
-    """A private pair of S3 servers, one of which a test stops (SIGSTOP) and resumes."""
-    servers = start_servers(2)
-    try:
-        yield servers
-    finally:
-        for server in servers:
-            _signal(server, signal.SIGCONT)
-            server.stop()
-
-
-def _signal(server: S3Server, sig: signal.Signals) -> None:
-    for pid in server.pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-
-
-def _defaults(options: dict) -> dict:  # type: ignore[type-arg]
-    """Endpoint and credentials only: storage's own timeouts and retries."""
-    return {k: options[k] for k in ("key", "secret", "client_kwargs")}
-
-
 def test_a_hung_replica_costs_the_writer_its_answer_time_then_is_taken(
-        stoppable: list[S3Server]) -> None:
+        fault_servers: list[S3Server]) -> None:
     """SIGSTOP: the server accepts connections and never answers. Its client would wait for
     minutes; the writer goes on after ``answer_s`` and takes the lease once it answers."""
-    buckets = [s.make_bucket(f"hung-{secrets.token_hex(4)}") for s in stoppable]
+    buckets = [s.make_bucket(f"hung-{secrets.token_hex(4)}") for s in fault_servers]
     urls = [f"{b.url}/ds" for b in buckets]
-    options = [_defaults(b.storage_options) for b in buckets]
+    options = [default_options(b) for b in buckets]
     store = ReplicaSet.from_urls(urls, replica_options=options)
-    _signal(stoppable[1], signal.SIGSTOP)
+    stop(fault_servers[1])
     log = io.StringIO()
     try:
         t0 = time.monotonic()
@@ -245,7 +219,7 @@ def test_a_hung_replica_costs_the_writer_its_answer_time_then_is_taken(
         leases.check()  # a silent replica is left to the write quorum
         assert time.monotonic() - t0 < 10
     finally:
-        _signal(stoppable[1], signal.SIGCONT)
+        resume(fault_servers[1])
     try:
         deadline = time.monotonic() + 60
         while "replica 1" not in " ".join(leases.held_on) and time.monotonic() < deadline:
@@ -260,18 +234,18 @@ def test_a_hung_replica_costs_the_writer_its_answer_time_then_is_taken(
 
 
 def test_a_hung_primary_is_one_clear_error_after_its_answer_time(
-        stoppable: list[S3Server]) -> None:
-    buckets = [s.make_bucket(f"hungp-{secrets.token_hex(4)}") for s in stoppable]
+        fault_servers: list[S3Server]) -> None:
+    buckets = [s.make_bucket(f"hungp-{secrets.token_hex(4)}") for s in fault_servers]
     store = ReplicaSet.from_urls([f"{b.url}/ds" for b in buckets],
-                                 replica_options=[_defaults(b.storage_options) for b in buckets])
-    _signal(stoppable[0], signal.SIGSTOP)
+                                 replica_options=[default_options(b) for b in buckets])
+    stop(fault_servers[0])
     try:
         t0 = time.monotonic()
         with pytest.raises(PrimaryUnavailableError, match="primary replica 0 .* is unreachable"):
             hold_replicas(store, "run", log=io.StringIO(), answer_s=2.0)
         assert time.monotonic() - t0 < 10
     finally:
-        _signal(stoppable[0], signal.SIGCONT)
+        resume(fault_servers[0])
     # The attempt given up on was still in flight: once the server answers it creates the
     # lease, which would block every writer for its TTL (90 s); it is let go of at once.
     primary = store.replicas[0].loc

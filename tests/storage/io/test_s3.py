@@ -5,11 +5,9 @@ Tests that kill a server start their own pair; the others use the session's serv
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import time
@@ -36,6 +34,7 @@ from storage import (
 from storage.admin.scrub import repair, verify
 from storage.io.urls import write_deadline_s
 from tests.conftest import PLAYS, shakespeare_texts
+from tests.storage.io._s3_faults import default_options, resume, stop
 
 SEQ = 64
 
@@ -232,43 +231,13 @@ def test_write_with_a_replica_down(own_servers) -> None:
 MAX_BATCH_WAIT_S = 2.0
 
 
-@pytest.fixture(scope="module")
-def fault_servers() -> Iterator[list[S3Server]]:
-    """A private pair that tests stop (SIGSTOP), resume and kill; each test gets both running."""
-    servers = start_servers(2)
-    try:
-        yield servers
-    finally:
-        for server in servers:
-            _resume(server)
-            server.stop()
-
-
 @pytest.fixture()
 def pair(fault_servers: list[S3Server]) -> list[S3Server]:
     for server in fault_servers:
-        _resume(server)
+        resume(server)
         if not server.running:
             server.start()  # killed by an earlier test: a fresh, empty server
     return fault_servers
-
-
-def _stop(server: S3Server) -> None:
-    """SIGSTOP every process of the server: it keeps accepting connections, never answers."""
-    for pid in server.pids:
-        os.kill(pid, signal.SIGSTOP)
-
-
-def _resume(server: S3Server) -> None:
-    for pid in server.pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGCONT)
-
-
-def _default_options(bucket) -> dict:  # type: ignore[no-untyped-def]
-    """Endpoint and credentials only: the timeouts and retries are storage's own defaults."""
-    opts = bucket.storage_options
-    return {"key": opts["key"], "secret": opts["secret"], "client_kwargs": opts["client_kwargs"]}
 
 
 def _upload(local: str, url: str, options: dict) -> None:
@@ -282,7 +251,7 @@ def _replicated(servers: list[S3Server], dataset: str, name: str
                 ) -> tuple[list[str], list[dict]]:
     buckets = [s.make_bucket(f"{name}-{secrets.token_hex(4)}") for s in servers]
     urls = [f"{b.url}/ds" for b in buckets]
-    opts = [_default_options(b) for b in buckets]
+    opts = [default_options(b) for b in buckets]
     for url, o in zip(urls, opts, strict=True):
         _upload(dataset, url, o)
     return urls, opts
@@ -316,9 +285,9 @@ def test_loader_rides_through_a_hung_replica_server(pair, tiny_dataset: str) -> 
                               **LOADER)
     at = len(loader) // 4
     try:
-        ids, toks, waits = _timed_batches(loader, at, lambda: _stop(pair[0]))
+        ids, toks, waits = _timed_batches(loader, at, lambda: stop(pair[0]))
     finally:
-        _resume(pair[0])
+        resume(pair[0])
     store = loader.dataset.store
     assert (ids, toks) == want
     assert store.hedges >= 1 and store.errors["ReplicaStalledError"] >= 1  # the hang was met
@@ -377,7 +346,7 @@ def test_verify_reads_and_writes_on_a_hung_endpoint_fail_in_seconds(pair, tiny_d
         result = call()
         return result, time.monotonic() - t0
 
-    _stop(pair[0])
+    stop(pair[0])
     try:
         with ThreadPoolExecutor(5) as pool:
             futures = {call.__name__: pool.submit(timed, call)
@@ -385,7 +354,7 @@ def test_verify_reads_and_writes_on_a_hung_endpoint_fail_in_seconds(pair, tiny_d
             took = {name: future.result()[1] for name, future in futures.items()}
             out = futures["cli"].result()[0]
     finally:
-        _resume(pair[0])
+        resume(pair[0])
     assert took["read"] < 10, took
     assert out.returncode == 2 and "ReadTimeout" in out.stderr, out.stderr
     assert took["cli"] < 15, took
