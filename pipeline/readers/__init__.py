@@ -112,7 +112,9 @@ def read_partition(part: Partition, opts: ReadOptions,
             elif part.fmt == "csv":
                 items = csv.read(fh, name, opts, position)
             elif part.fmt == "warc":
-                items = warc.read(fh, name, opts, position)
+                # the whole URL, not the base name: a crawl's files share names across
+                # segments, and ``source`` (file@offset) must find the record again
+                items = warc.read(fh, shown, opts, position)
             else:
                 items = parquet.read(fh, part, name, opts)
             for item in items:

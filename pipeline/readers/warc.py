@@ -23,6 +23,8 @@ import zlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, BinaryIO
 
+from pipeline.readers.http_body import BodyTooLarge, decode_body
+from pipeline.readers.http_response import MalformedHead, split_response
 from pipeline.records import Document, Rejected, raw_preview
 
 if TYPE_CHECKING:
@@ -50,7 +52,7 @@ def read(fh: BinaryIO, name: str, opts: ReadOptions, position: list[int]
             reason, detail, preview = frame
             yield Rejected(src, reason, detail, raw_preview(preview))
             continue
-        yield from _records(frame, src)
+        yield from _records(frame, src, opts.max_record_bytes)
 
 
 class _Pushback:
@@ -139,7 +141,18 @@ def _members(fh: _Pushback, limit: int, position: list[int]) -> Iterator[tuple[i
                 if kept_size > limit:
                     kept = None
             try:
-                piece = d.decompress(feed)
+                # at most CHUNK bytes out per call: a member of 1 GiB of zeros costs CHUNK,
+                # not the GiB, on its way to being called too large
+                piece = d.decompress(feed, CHUNK)
+                while True:
+                    size += len(piece)
+                    if size <= limit:
+                        out.append(piece)
+                    else:
+                        out.clear()
+                    if not d.unconsumed_tail or d.eof:
+                        break
+                    piece = d.decompress(d.unconsumed_tail, CHUNK)
             except zlib.error as exc:
                 error = f"gzip data error: {exc}"
                 if kept is not None:  # resynchronise anywhere in the member
@@ -148,11 +161,6 @@ def _members(fh: _Pushback, limit: int, position: list[int]) -> Iterator[tuple[i
                     pending = feed
                     consumed -= len(feed)
                 break
-            size += len(piece)
-            if size <= limit:
-                out.append(piece)
-            else:
-                out.clear()
         if error is not None:
             # the broken member's own bytes up to the next gzip header are skipped
             first = 1 if consumed == 0 else 0  # the member's own header is not a restart
@@ -287,7 +295,7 @@ def _skip(fh: _Pushback, n: int) -> None:
         n -= len(got)
 
 
-def _records(data: bytes, src: str) -> Iterator[Document | Rejected]:
+def _records(data: bytes, src: str, limit: int) -> Iterator[Document | Rejected]:
     """The documents in one framed record (or member holding several)."""
     from fastwarc.warc import ArchiveIterator, WarcRecordType
 
@@ -301,8 +309,14 @@ def _records(data: bytes, src: str) -> Iterator[Document | Rejected]:
                 yield Rejected(src, "malformed_record", "WARC header block without a valid "
                                "WARC-Type and Content-Length", raw_preview(data[:1024]))
                 return
+            short = _missing_bytes(data, record)
+            if short:
+                yield Rejected(src, "truncated_input", f"Content-Length {record.content_length}"
+                               f" but {record.content_length - short} bytes follow the header "
+                               "block", raw_preview(data[:1024]))
+                return
             if record.record_type & wanted:
-                doc = _document(record, src)
+                doc = _document(record, src, limit)
                 if doc is not None:
                     yield doc
     except Exception as exc:  # FastWARC raises OSError/ValueError on a broken header block
@@ -313,11 +327,32 @@ def _records(data: bytes, src: str) -> Iterator[Document | Rejected]:
         yield Rejected(src, "malformed_record", "no WARC record in it", raw_preview(data[:1024]))
 
 
-def _document(record: object, src: str) -> Document | Rejected | None:
+def _missing_bytes(data: bytes, record: object) -> int:
+    """How many bytes of the record's declared Content-Length are not in ``data`` (a frame
+    holds whole records: a gzip member's record whose header claims 10^12 bytes is cut)."""
+    start = record.stream_pos  # type: ignore[attr-defined]
+    end = data.find(b"\r\n\r\n", start)
+    present = len(data) - (end + 4) if end >= 0 else 0
+    return max(0, record.content_length - present)  # type: ignore[attr-defined]
+
+
+def target_uri(value: str | None) -> str | None:
+    """The record's URL: WARC 1.0's grammar wraps it in angle brackets (``<https://...>``) and
+    wget writes it so; 1.1 and most crawlers do not. Kept bracketed, the ``url`` column would
+    hold ``<https://...>`` and no block-list entry could match it."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.startswith("<") and value.endswith(">"):
+        value = value[1:-1].strip()
+    return value or None
+
+
+def _document(record: object, src: str, limit: int) -> Document | Rejected | None:
     from fastwarc.warc import WarcRecordType
 
     headers = record.headers  # type: ignore[attr-defined]
-    url = headers.get("WARC-Target-URI") or None
+    url = target_uri(headers.get("WARC-Target-URI"))
     date = headers.get("WARC-Date") or None
     doc_id = headers.get("WARC-Record-ID") or src
     if record.record_type == WarcRecordType.conversion:  # type: ignore[attr-defined]
@@ -330,17 +365,21 @@ def _document(record: object, src: str) -> Document | Rejected | None:
         return Document(doc_id, text, url=url, date=date, source=src)
     if not record.is_http:  # type: ignore[attr-defined]
         return None
+    payload = record.reader.read()  # type: ignore[attr-defined]
     try:
-        record.parse_http()  # type: ignore[attr-defined]
-    except Exception as exc:
-        return Rejected(src, "malformed_record", f"HTTP headers: {exc}"[:300])
-    body = record.reader.read()  # type: ignore[attr-defined]
-    mime = (headers.get("WARC-Identified-Payload-Type")
-            or (record.http_content_type or "")).split(";")[0].strip().lower()  # type: ignore
+        response = split_response(payload)
+        body = decode_body(response.body, response.field("transfer-encoding"),
+                           response.field("content-encoding"), limit)
+    except MalformedHead as exc:
+        return Rejected(src, "malformed_record", str(exc), raw_preview(payload[:1024]))
+    except BodyTooLarge as exc:
+        return Rejected(src, "record_too_large", str(exc), raw_preview(payload[:1024]))
+    mime = (headers.get("WARC-Identified-Payload-Type") or response.mime).split(";")[0]
+    mime = mime.strip().lower()
     if mime and mime not in HTML_TYPES:
         return Document(doc_id, "", url=url, date=date, source=src, kind=f"other:{mime}")
-    return Document(doc_id, _decode(body, record.http_charset), url=url,  # type: ignore
-                    date=date, source=src, kind="html")
+    return Document(doc_id, _decode(body, response.charset), url=url, date=date, source=src,
+                    kind="html")
 
 
 def _decode(body: bytes, charset: str | None) -> str:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gzip
 import io
+import tracemalloc
+import zlib
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -133,9 +135,14 @@ def test_from_s3_as_from_local_disk(s3_bucket, pages: list[tuple[str, bytes]],  
                 for p in parts for i in read_partition(p, ReadOptions(), opts)]
 
     got = items(f"{s3_bucket.url}/cc/*.gz", s3_bucket.storage_options)
-    assert got == items(str(tmp_path / "*.gz"), None)
+    local = items(str(tmp_path / "*.gz"), None)
+    # ``source`` is each file's whole URL @ offset (files of one name in two folders differ)
+    assert all(g[1].startswith(f"{s3_bucket.url}/cc/") for g in got)
+    assert all(g[1].startswith(f"{tmp_path}/") for g in local)
+    assert [(g[0], g[1].rsplit("/", 1)[1], *g[2:]) for g in got] == \
+        [(g[0], g[1].rsplit("/", 1)[1], *g[2:]) for g in local]
     assert [g[0] for g in got] == ["Document", "Rejected", "Document", "Document"]
-    assert got[1][1:] == ("x.warc.gz@" + str(len(a)), "", "", "malformed_record")
+    assert got[1][1:] == (f"{s3_bucket.url}/cc/x.warc.gz@{len(a)}", "", "", "malformed_record")
 
 
 @pytest.fixture(scope="module")
@@ -247,3 +254,71 @@ def test_a_plain_record_whose_length_runs_over_the_next_is_rejected_not_merged(
             assert docs.get(f"t.warc@{shifted}") == f"http://m/{i}", got
     rejects = [r for r in got if isinstance(r, Rejected)]
     assert rejects and {r.reason for r in rejects} == {"malformed_record"}
+
+
+# -- bodies and bounds (the published files: test_published_warcs.py) ----------------------
+
+def test_chunked_and_compressed_bodies_arrive_decoded(pages: list[tuple[str, bytes]]) -> None:
+    url, html = pages[0]
+    framed = b"".join(b"%x\r\n%s\r\n" % (len(html[i:i + 700]), html[i:i + 700])
+                      for i in range(0, len(html), 700)) + b"0\r\n\r\n"
+    records = [warcs.response(url, framed, http_headers=[("Transfer-Encoding", "chunked")]),
+               warcs.response(url, gzip.compress(html), http_headers=[("Content-Encoding",
+                                                                        "gzip")]),
+               warcs.response(url, html, http_headers=[("Content-Encoding", "gzip")])]
+    got = read(b"".join(records))
+    assert [d.text for d in got] == [html.decode("utf-8")] * 3
+
+
+def _bomb_member(n_bytes: int) -> bytes:
+    """One gzip member: a WARC record of ``n_bytes`` zeros (~1/1000 of that compressed)."""
+    head = (b"WARC/1.0\r\nWARC-Type: resource\r\nWARC-Target-URI: http://bomb/\r\n"
+            b"Content-Length: %d\r\n\r\n" % n_bytes)
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = bytes(1 << 20)
+    return b"".join([c.compress(head), *(c.compress(block) for _ in range(n_bytes >> 20)),
+                     c.compress(b"\r\n\r\n"), c.flush()])
+
+
+def test_a_gzip_member_bomb_costs_the_record_limit(pages: list[tuple[str, bytes]]) -> None:
+    """256 MiB of zeros in a 256 KB member: rejected, held to a few MiB, reading goes on."""
+    bomb = _bomb_member(256 << 20)
+    good = warcs.response(*pages[0])
+    tracemalloc.start()
+    try:
+        got = read(bomb + good, ReadOptions(max_record_bytes=4 << 20))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [getattr(r, "reason", "doc") for r in got] == ["record_too_large", "doc"]
+    assert peak < 32 << 20, f"{peak / 2**20:.0f} MiB held reading a member bomb"
+
+
+def test_a_body_bomb_is_rejected(pages: list[tuple[str, bytes]]) -> None:
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    body = b"".join([*(c.compress(bytes(1 << 20)) for _ in range(64)), c.flush()])
+    got = read(warcs.response("http://bomb/", body, http_headers=[("Content-Encoding", "gzip")])
+               + warcs.response(*pages[1]), ReadOptions(max_record_bytes=4 << 20))
+    assert [getattr(r, "reason", "doc") for r in got] == ["record_too_large", "doc"]
+    assert "--max-record-bytes" in got[0].detail
+
+
+def test_a_content_length_past_the_member_is_truncated(pages: list[tuple[str, bytes]]) -> None:
+    """A gzip-framed record claiming 10^12 bytes was accepted with what the member held."""
+    forged = gzip.compress(b"WARC/1.0\r\nWARC-Type: response\r\nWARC-Target-URI: http://x/\r\n"
+                           b"Content-Type: application/http; msgtype=response\r\n"
+                           b"Content-Length: 1000000000000\r\n\r\nHTTP/1.1 200 OK\r\n"
+                           b"Content-Type: text/html\r\n\r\n<html>a page</html>\r\n\r\n")
+    got = read(forged + warcs.response(*pages[2]))
+    assert [getattr(r, "reason", "doc") for r in got] == ["truncated_input", "doc"]
+    assert "Content-Length 1000000000000" in got[0].detail
+
+
+def test_http_header_block_without_an_end_is_rejected(pages: list[tuple[str, bytes]]) -> None:
+    payload = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n<html>no empty line</html>"
+    record = gzip.compress(b"WARC/1.0\r\nWARC-Type: response\r\nWARC-Target-URI: http://x/\r\n"
+                           b"Content-Type: application/http; msgtype=response\r\n"
+                           b"Content-Length: %d\r\n\r\n%s\r\n\r\n" % (len(payload), payload))
+    got = read(record + warcs.response(*pages[0]))
+    assert [getattr(r, "reason", "doc") for r in got] == ["malformed_record", "doc"]
+    assert got[0].detail == "HTTP header block not ended by an empty line"

@@ -70,8 +70,9 @@ def test_crawl_to_tokens(crawl: Path, tmp_path: Path) -> None:
         rows += pq.read_table(out / shard.path, columns=["url", "source", "lang"]).to_pylist()
     assert len(rows) == m.stats["documents_out"] > 20
     assert not any(r["url"].endswith("?copy") for r in rows)
-    assert {r["source"].split("@")[0] for r in rows} == {"a.warc.gz", "b.warc.gz",
-                                                         "c.warc.wet.gz"}
+    # the whole path of each file (two crawl segments' files share base names)
+    assert {r["source"].rsplit("@", 1)[0] for r in rows} == {
+        str(crawl / "a.warc.gz"), str(crawl / "b.warc.gz"), str(crawl / "c.warc.wet.gz")}
     assert next(r for r in rows if r["url"] == "https://fr.example/")["lang"] == "fr"
 
     from pipeline.export import export  # the metadata columns travel with the tokens
@@ -84,7 +85,8 @@ def test_crawl_to_tokens(crawl: Path, tmp_path: Path) -> None:
     assert all(r["input_ids"] and r["lang_score"] > 0 for r in exported)
     quarantine = [json.loads(line) for q in m.quarantine
                   for line in (out / q.path).read_text().splitlines()]
-    assert sorted((q["source"], q["reason"]) for q in quarantine)[0][0].startswith("a.warc.gz@")
+    first = sorted((q["source"], q["reason"]) for q in quarantine)[0][0]
+    assert first.startswith(f"{crawl}/a.warc.gz@")
 
     from loaders import TokenDataset
 

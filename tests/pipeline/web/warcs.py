@@ -29,11 +29,13 @@ def debian_pages(limit: int = 40, min_bytes: int = 2000) -> list[tuple[str, byte
 
 
 def response(url: str, body: bytes, content_type: str = "text/html; charset=utf-8",
-             gz: bool = True) -> bytes:
-    """One WARC response record (one gzip member when ``gz``)."""
+             gz: bool = True, http_headers: Iterable[tuple[str, str]] = ()) -> bytes:
+    """One WARC response record (one gzip member when ``gz``); ``body`` as the server sent
+    it (chunked or compressed when ``http_headers`` say so)."""
     out = io.BytesIO()
     writer = WARCWriter(out, gzip=gz)
-    headers = StatusAndHeaders("200 OK", [("Content-Type", content_type)], protocol="HTTP/1.1")
+    headers = StatusAndHeaders("200 OK", [("Content-Type", content_type), *http_headers],
+                               protocol="HTTP/1.1")
     writer.write_record(writer.create_warc_record(
         url, "response", payload=io.BytesIO(body), http_headers=headers,
         warc_headers_dict={"WARC-Date": "2024-05-01T12:00:00Z"}))
