@@ -110,9 +110,7 @@ class WebSteps:
 
         self.cfg = cfg
         self.rules = cfg.rules()
-        self.blocklist = (load_blocklist(cfg.url_blocklist, json.dumps(storage_options or {},
-                                                                        sort_keys=True),
-                                         storage_options)
+        self.blocklist = (load_blocklist(cfg.url_blocklist, storage_options)
                           if cfg.url_blocklist else frozenset())
         self.languages = frozenset(cfg.languages)
         self.dropped: Counter[str] = Counter()

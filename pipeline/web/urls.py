@@ -4,7 +4,7 @@ is listed. The list is a text file (local or any fsspec URL): one domain or URL 
 
 from __future__ import annotations
 
-import functools
+import json
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -18,13 +18,27 @@ def parse_blocklist(text: str) -> frozenset[str]:
     return frozenset(out)
 
 
-@functools.lru_cache(maxsize=4)
-def load_blocklist(url: str, options_key: str = "", options: Any = None) -> frozenset[str]:
-    from storage import resolve
+#: lists read in this process, by (URL, storage options as JSON); a few at most
+_LOADED: dict[tuple[str, str], frozenset[str]] = {}
 
-    loc = resolve(url, options)
-    with loc.fs.open(loc.root, "rb") as fh:
-        return parse_blocklist(fh.read().decode("utf-8", errors="replace"))
+
+def load_blocklist(url: str, options: dict[str, Any] | None = None) -> frozenset[str]:
+    """The list at ``url``, read once per worker process for each (URL, storage options).
+
+    Cached by the options' JSON, not by the dict: ``functools.lru_cache`` given the dict
+    raised ``TypeError: unhashable type`` in every task, so ``--url-blocklist`` failed every
+    run."""
+    key = (url, json.dumps(options or {}, sort_keys=True, default=repr))
+    if key not in _LOADED:
+        from storage import resolve
+
+        loc = resolve(url, options)
+        with loc.fs.open(loc.root, "rb") as fh:
+            listed = parse_blocklist(fh.read().decode("utf-8", errors="replace"))
+        if len(_LOADED) >= 4:
+            _LOADED.clear()
+        _LOADED[key] = listed
+    return _LOADED[key]
 
 
 def blocked(url: str | None, blocklist: frozenset[str]) -> bool:
