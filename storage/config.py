@@ -10,7 +10,12 @@ as help, and this module adds what every command shares:
 - environment overrides ``SHARDFLOW_<COMPONENT>_<FIELD>`` (:func:`env_prefix`);
 - ``--storage-options JSON|@FILE`` (:data:`StorageOptions`), defaulting to
   ``$SHARDFLOW_STORAGE_OPTIONS``, whose errors never echo a value (it may hold credentials);
-- :func:`parse`: cyclopts' parse with our error convention (one ``error: ...`` line, rc 2).
+- :func:`parse`: cyclopts' parse with our error convention (one ``error: ...`` line, rc 2),
+  and :func:`check_numbers`: every float finite and within ``±FLOAT_LIMIT``, every int an
+  int64, whichever of the places below it came from.
+
+Files named here (``--config``, ``@FILE``) are read by :mod:`storage.user_files`: regular
+files only (a FIFO or device is refused without being opened) and at most a bounded size.
 
 Precedence, for every value: command-line flags, then the ``--config`` file, then the
 environment, then the dataclass default (stated once, on the field).
@@ -22,10 +27,11 @@ storage.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -34,6 +40,13 @@ from cyclopts.argument import ArgumentCollection
 from cyclopts.argument._collection import update_argument_collection
 from cyclopts.config import Env
 from cyclopts.exceptions import CycloptsError
+
+from storage.user_files import (
+    CONFIG_LIMIT,
+    OPTIONS_LIMIT,
+    UserFileError,
+    read_text,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -45,6 +58,12 @@ STORAGE_OPTIONS_ENV = "SHARDFLOW_STORAGE_OPTIONS"
 
 #: every environment override starts with this (``SHARDFLOW_PIPELINE_MIN_CHARS=20``)
 ENV_PREFIX = "SHARDFLOW_"
+
+#: the largest magnitude of any float a command takes (seconds, g/kWh, rates): 31 years in
+#: seconds, under what ``time.sleep`` and ``threading`` waits accept (``TIMEOUT_MAX``)
+FLOAT_LIMIT = 1e9
+#: the largest magnitude of any int a command takes: what an int64 column or field holds
+INT_LIMIT = 2**63 - 1
 
 STORAGE_OPTIONS_HELP = (
     "fsspec options shared by all replicas, as a JSON object or @FILE (a file holding one); "
@@ -79,15 +98,12 @@ def json_object(text: str) -> dict[str, Any]:
     where = f"${STORAGE_OPTIONS_ENV}" if isinstance(text, _FromEnvironment) else "value"
     if text.startswith("@"):
         path = os.path.expanduser(text[1:])
+        what = f"{where} @" if isinstance(text, _FromEnvironment) else "file"
         where = f"{where} @{path}" if isinstance(text, _FromEnvironment) else f"file {path}"
-        try:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
-        except OSError as exc:
-            raise OptionsError(
-                f"cannot read {where}: {exc.strerror or type(exc).__name__}") from None
-        except UnicodeDecodeError:
-            raise OptionsError(f"{where} is not UTF-8 text") from None
+        try:  # a regular file, at most OPTIONS_LIMIT bytes: never a FIFO's endless wait
+            text = read_text(path, what, OPTIONS_LIMIT)
+        except UserFileError as exc:
+            raise OptionsError(str(exc).replace("@ ", "@", 1)) from None
     try:
         value = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
@@ -140,25 +156,48 @@ def _key(name: str) -> str:
     return name.replace("-", "_")
 
 
+def _load_yaml(text: str) -> Any:
+    """YAML without aliases: a few hundred bytes of nested aliases (``*a``) expand into
+    billions of values once the file's tables are turned into options (a "billion laughs"),
+    and no config needs them."""
+    import yaml
+
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent):
+            mark = event.start_mark
+            raise ValueError(f"line {mark.line + 1}: YAML aliases (*name) are not accepted in "
+                             "a config file")
+    return yaml.safe_load(text) or {}
+
+
+def _yaml_error(exc: Exception) -> str:
+    """A YAML error on one line: its problem and where (PyYAML's own text spans several,
+    with a caret under a quoted copy of the line)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    where = f"line {mark.line + 1} column {mark.column + 1}: " if mark is not None else ""
+    return f"{type(exc).__name__}: {where}{' '.join(str(problem).split())}"
+
+
 def load_config_file(path: str, known: Iterable[str]) -> dict[str, Any]:
     """A ``--config`` file as ``{field_name: value}``: TOML (``.toml``), YAML (``.yaml``,
     ``.yml``) or JSON (``.json``); keys with dashes or underscores. An unknown key is an error
     that names it and the known ones: a typo must not be silently ignored."""
     suffix = Path(path).suffix.lower()
+    text = read_text(path, "--config", CONFIG_LIMIT)  # a regular file, bounded (UserFileError)
     try:
-        text = Path(path).read_text(encoding="utf-8")
         if suffix == ".json":
             data = json.loads(text)
         elif suffix in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text) or {}
+            data = _load_yaml(text)
         else:
             data = tomllib.loads(text)
-    except (OSError, UnicodeDecodeError, ValueError) as exc:  # TOML and JSON errors are ValueErrors
+    except ValueError as exc:  # TOML and JSON errors are ValueErrors
         raise ValueError(f"--config {path}: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"--config {path}: nested too deeply") from None
     except Exception as exc:  # yaml.YAMLError
-        raise ValueError(f"--config {path}: {type(exc).__name__}: {exc}") from None
+        raise ValueError(f"--config {path}: {_yaml_error(exc)}") from None
     if not isinstance(data, dict):
         raise ValueError(f"--config {path}: expected a table of keys, not {type(data).__name__}")
     known = set(known)
@@ -183,6 +222,22 @@ def _field_name(argument: Any) -> str | None:
     return None
 
 
+def _table_json(value: dict[str, Any], path: str, name: str) -> str:
+    """A config file's table (``storage_options = {...}``) as the JSON its flag takes. TOML
+    and YAML have dates and times, which JSON has not: an error naming the key (quote the
+    value to pass it as a string), never a ``TypeError`` from ``json.dumps``."""
+
+    def refuse(obj: Any) -> Any:
+        raise ConfigFileError(f"--config {path}: {name}: a {type(obj).__name__} value is not "
+                              "accepted here (only strings, numbers, booleans, lists and "
+                              "tables; quote a date or time to pass it as a string)")
+
+    try:
+        return json.dumps(value, default=refuse)
+    except (ValueError, RecursionError):  # circular (YAML) or nested too deeply
+        raise ConfigFileError(f"--config {path}: {name}: nested too deeply") from None
+
+
 class FileSource:
     """cyclopts config source for ``--config FILE``: reads the file named by the ``--config``
     token of the command line being parsed and fills every argument the flags left unset."""
@@ -203,7 +258,7 @@ class FileSource:
             if argument.tokens:
                 continue  # the flag wins
             if isinstance(value, dict):
-                value = json.dumps(value)  # an options table, parsed like the flag's JSON
+                value = _table_json(value, path, name)  # parsed like the flag's JSON
             if argument.field_info.kind is argument.field_info.VAR_POSITIONAL:
                 values = value if isinstance(value, list) else [value]
                 for i, v in enumerate(values):
@@ -279,6 +334,7 @@ def parse(app: App, argv: Sequence[str]) -> tuple[Callable[..., Any], Any]:
         raise SystemExit(2)
     try:
         command, bound, _ = app.parse_args(list(argv), exit_on_error=False, print_error=False)
+        check_numbers(bound.arguments)
     except CycloptsError as exc:
         print(f"error: {exc}".rstrip(), file=sys.stderr)
         raise SystemExit(2) from None
@@ -286,3 +342,34 @@ def parse(app: App, argv: Sequence[str]) -> tuple[Callable[..., Any], Any]:
         print(f"error: {exc}".rstrip(), file=sys.stderr)
         raise SystemExit(2) from None
     return command, bound
+
+
+def check_numbers(arguments: dict[str, Any]) -> None:
+    """Every number a command was given, whether by flag, ``--config`` file or environment,
+    is finite and bounded: a float within ``±FLOAT_LIMIT`` (``nan`` and ``inf`` parse as
+    floats from all three, and a NaN compares false with every bound a field checks, so
+    ``--lease-ttl nan`` passed ``lease_ttl > 0``), an int within int64 (NumPy's columns and
+    the formats' fields). Dataclass arguments are checked field by field; a field whose
+    ``metadata`` says ``finite=False`` may hold any float. The error names the flag."""
+    for name, value in arguments.items():
+        _check_number(name, value, {})
+
+
+def _check_number(name: str, value: Any, metadata: Any) -> None:
+    if is_dataclass(value) and not isinstance(value, type):
+        for f in fields(value):
+            _check_number(f.name, getattr(value, f.name), f.metadata)
+        return
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            _check_number(name, item, metadata)
+        return
+    flag = "--" + name.replace("_", "-")
+    if isinstance(value, float):
+        if metadata.get("finite", True) and not (math.isfinite(value)
+                                                  and abs(value) <= FLOAT_LIMIT):
+            raise ValueError(f"{flag}: {value!r} is not a usable number (numbers must be "
+                             f"finite and within ±{FLOAT_LIMIT:g})")
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT_LIMIT:
+        raise ValueError(f"{flag}: {value} is out of range (integers must be within "
+                         f"±{INT_LIMIT:,})")
