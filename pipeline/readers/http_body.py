@@ -94,16 +94,30 @@ def _chunk_size(line: bytes) -> int | None:
     return int(digits, 16)
 
 
+class UndecodableBody(ValueError):
+    """The body carries its coding's magic number but does not decode: no text to keep."""
+
+
+#: the codings whose streams start with a magic number: with it, the body is that coding
+#: (and one that does not decode is broken); without it, the body is taken as it is
+MAGIC = {"gzip": b"\x1f\x8b", "x-gzip": b"\x1f\x8b", "zstd": b"\x28\xb5\x2f\xfd"}
+
+
 def decode_content(data: bytes, coding: str, limit: int) -> bytes:
     """``data`` decoded from one content coding, or ``data`` itself when its first bytes are
     not in that coding (or the coding is ``identity`` or unknown)."""
     decoders = _DECODERS.get(coding)
     if decoders is None or not data:
         return data
+    magic = MAGIC.get(coding)
+    if magic is not None and not data.startswith(magic):
+        return data
     for decode in decoders:
         decoded = decode(data, coding, limit)
         if decoded is not None:
             return decoded
+    if magic is not None:
+        raise UndecodableBody(f"{coding} body (by its magic number) that does not decode")
     return data
 
 

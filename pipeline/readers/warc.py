@@ -23,7 +23,7 @@ import zlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, BinaryIO
 
-from pipeline.readers.http_body import BodyTooLarge, decode_body
+from pipeline.readers.http_body import BodyTooLarge, UndecodableBody, decode_body
 from pipeline.readers.http_response import MalformedHead, split_response
 from pipeline.records import Document, Rejected, raw_preview
 
@@ -370,7 +370,7 @@ def _document(record: object, src: str, limit: int) -> Document | Rejected | Non
         response = split_response(payload)
         body = decode_body(response.body, response.field("transfer-encoding"),
                            response.field("content-encoding"), limit)
-    except MalformedHead as exc:
+    except (MalformedHead, UndecodableBody) as exc:
         return Rejected(src, "malformed_record", str(exc), raw_preview(payload[:1024]))
     except BodyTooLarge as exc:
         return Rejected(src, "record_too_large", str(exc), raw_preview(payload[:1024]))

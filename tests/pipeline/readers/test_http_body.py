@@ -14,7 +14,13 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.readers.http_body import BodyTooLarge, dechunk, decode_body, decode_content
+from pipeline.readers.http_body import (
+    BodyTooLarge,
+    UndecodableBody,
+    dechunk,
+    decode_body,
+    decode_content,
+)
 from pipeline.readers.http_response import MalformedHead, split_response
 
 LIMIT = 8 << 20
@@ -81,6 +87,14 @@ PAGE = b"<!doctype html><html><head><title>Example</title></head><body>" + b"x" 
 def test_a_plain_body_under_a_coding_header_is_kept(coding: str) -> None:
     """ClueWeb09 declares gzip and stores the page uncompressed: decided by the bytes."""
     assert decode_content(PAGE, coding, LIMIT) == PAGE
+
+
+@pytest.mark.parametrize("coding,magic", [("gzip", b"\x1f\x8b"), ("zstd", b"\x28\xb5\x2f\xfd")])
+def test_a_body_with_the_magic_that_does_not_decode_is_refused(coding: str, magic: bytes
+                                                               ) -> None:
+    """Compressed bytes are never handed on as text."""
+    with pytest.raises(UndecodableBody, match=coding):
+        decode_content(magic + b"\x00\xff garbage" * 20, coding, LIMIT)
 
 
 def test_unknown_and_identity_codings_leave_the_bytes() -> None:
