@@ -14,7 +14,7 @@ as help, and this module adds what every command shares:
   and :func:`check_numbers`: every float finite and within ``±FLOAT_LIMIT``, every int an
   int64, whichever of the places below it came from.
 
-Files named here (``--config``, ``@FILE``) are read by :mod:`storage.user_files`: regular
+Files named here (``--config``, ``@FILE``) are read by :mod:`storage.io.user_files`: regular
 files only (a FIFO or device is refused without being opened) and at most a bounded size.
 
 Precedence, for every value: command-line flags, then the ``--config`` file, then the
@@ -41,7 +41,7 @@ from cyclopts.argument._collection import update_argument_collection
 from cyclopts.config import Env
 from cyclopts.exceptions import CycloptsError
 
-from storage.user_files import (
+from storage.io.user_files import (
     CONFIG_LIMIT,
     OPTIONS_LIMIT,
     UserFileError,

@@ -25,7 +25,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from storage.user_files import OPTIONS_LIMIT, read_text
+from storage.io.user_files import OPTIONS_LIMIT, read_text
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class ReplicaConfig:
 
 def load_replica_config(path: str) -> ReplicaConfig:
     """The replicas a ``--replica-config`` file names: a regular file of at most
-    :data:`storage.user_files.OPTIONS_LIMIT` bytes (a FIFO or device is refused unopened);
+    :data:`storage.io.user_files.OPTIONS_LIMIT` bytes (a FIFO or device is refused unopened);
     every error is a ``ValueError`` naming the file."""
     text = read_text(path, "--replica-config", OPTIONS_LIMIT)
     try:

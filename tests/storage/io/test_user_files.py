@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from storage.user_files import (
+from storage.io.user_files import (
     UserFileError,
     bounded_lines,
     not_regular,
