@@ -155,16 +155,19 @@ def _inspect(url: str, where: ReplicaFlags, as_json: bool) -> int:
     print(f"format      {m.format}")
     print(f"tokenizer   {m.tokenizer.name} (vocab {m.vocab_size}, eos {m.tokenizer.eos_token!r}"
           f"={m.eos_id}, sha256 {m.tokenizer.sha256[:12]}...)")
-    print(f"shards      {counts.shards} ({counts.row_groups} row groups)")
+    print(f"shards      {counts.shards:,} ({counts.row_groups:,} row groups)")
     if m.index is not None:
         print(f"index       {m.index.path} ({m.index.bytes:,} bytes, sha256 "
               f"{m.index.sha256[:12]}...)")
-    print(f"documents   {m.total_rows:,} (in: {st.get('documents_in', '?'):,}; "
-          f"dropped: {st.get('dropped', {})}; quarantined: {st.get('quarantined', {})})")
+    print(f"documents   {_count(st.get('documents_in', '?'))} in, {m.total_rows:,} out")
+    print(f"dropped     {_reasons(st.get('dropped', {}))}")
+    print(f"quarantined {_reasons(st.get('quarantined', {}))}")
+    if st.get("changed"):
+        print(f"changed     {_reasons(st['changed'])}")
     print(f"tokens      {m.total_tokens:,}")
     print(f"bytes       {m.total_bytes:,}")
-    print(f"schema      {m.schema}")
-    print(f"config      {json.dumps(m.config, sort_keys=True)}")
+    print(f"schema      {', '.join(f'{k}: {v}' for k, v in m.schema.items())}")
+    print(f"config{_key_values(m.config)}")
     try:  # listing is an admin's right, not a reader's: a store may refuse it
         versions = render_history(history(store))
     except (OSError, ManifestError) as exc:
@@ -172,6 +175,23 @@ def _inspect(url: str, where: ReplicaFlags, as_json: bool) -> int:
     print(f"versions    ({VERSIONS_DIR}/, oldest first; `python -m storage gc` removes old ones)")
     print(versions)
     return 0
+
+
+def _count(n: Any) -> str:
+    """A count with thousands separators (``1,234,567``); anything else as it is."""
+    return f"{n:,}" if isinstance(n, int) and not isinstance(n, bool) else str(n)
+
+
+def _reasons(counts: dict[str, Any]) -> str:
+    """``reason=count, ...`` by reason (``none`` when empty), as the run's summary has them."""
+    return ", ".join(f"{k}={_count(v)}" for k, v in sorted(counts.items())) or "none"
+
+
+def _key_values(d: dict[str, Any]) -> str:
+    """One aligned ``  key  value`` line per key (sorted), each value as JSON: ``null``,
+    ``"exact"``, ``["a/*.txt"]``, as a config file or flag takes it."""
+    width = max((len(k) for k in d), default=0)
+    return "".join(f"\n  {k:<{width}}  {json.dumps(d[k])}" for k in sorted(d))
 
 
 def config_from_argv(argv: Sequence[str]) -> PipelineConfig:

@@ -110,15 +110,15 @@ class RunSummary:
 
     def render(self) -> str:
         def reasons(d: dict[str, int]) -> str:
-            return ", ".join(f"{k}={v}" for k, v in sorted(d.items())) or "none"
-        empty = (f" ({len(self.empty_inputs)} empty: {', '.join(self.empty_inputs[:5])}"
+            return ", ".join(f"{k}={v:,}" for k, v in sorted(d.items())) or "none"
+        empty = (f" ({len(self.empty_inputs):,} empty: {', '.join(self.empty_inputs[:5])}"
                  f"{', ...' if len(self.empty_inputs) > 5 else ''})" if self.empty_inputs else "")
         return "\n".join([
             f"dataset      {self.output}",
-            f"inputs       {self.inputs} files{empty}",
-            f"partitions   {self.partitions} -> {self.shards} shards "
-            f"({self.resumed} phase-1 results reused from an earlier run)",
-            f"documents    {self.docs_in} in, {self.docs_out} out",
+            f"inputs       {self.inputs:,} files{empty}",
+            f"partitions   {self.partitions:,} -> {self.shards:,} shards "
+            f"({self.resumed:,} phase-1 results reused from an earlier run)",
+            f"documents    {self.docs_in:,} in, {self.docs_out:,} out",
             f"dropped      {reasons(self.dropped)}",
             f"quarantined  {reasons(self.quarantined)}",
             f"tokens       {self.tokens:,}",

@@ -43,7 +43,7 @@ class ProgressBar:
         filled = int(frac * self.width)
         elapsed = now - self.start
         rate = self.tokens / elapsed if elapsed > 0 else 0.0
-        line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} "
+        line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done:,}/{self.total:,} "
                 f"{self.label}  {_si(self.tokens)} tokens  {_si(rate)} tok/s  {elapsed:.1f}s")
         end = "" if self.tty and self.done < self.total else "\n"
         self.stream.write(("\r" if self.tty else "") + line + end)

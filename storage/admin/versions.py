@@ -189,7 +189,7 @@ def render_history(entries: list[HistoryEntry]) -> str:
         tag = e.version.tag if e.version else "(no record)"
         mark = "  <- current" if e.current else ""
         detail = (f"unreadable: {e.error}"[:120] if e.error
-                  else f"{e.shards:>6}  {e.tokens:>15,}")
+                  else f"{e.shards:>6,}  {e.tokens:>15,}")
         lines.append(f"{seq:>8}  {tag:16}  {detail}  "
                      f"{_when(e.version.mtime if e.version else None):23}{mark}".rstrip())
     if not entries:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
+import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -47,6 +50,67 @@ def test_inspect_prints_summary(tiny_dataset: str) -> None:
     versions = out.stdout.split("\nversions", 1)[1].splitlines()[2:]
     assert len(versions) == 1 and versions[0].split()[0] == "1"
     assert versions[0].endswith("<- current")
+
+
+def test_inspect_is_readable_and_its_json_is_the_manifest(tiny_dataset: str,
+                                                         tmp_path: Path) -> None:
+    """Counts with thousands separators, reasons as reason=count, the schema as column: type,
+    the config one aligned key a line (values as JSON): no Python dict reprs. ``--json`` stays
+    the manifest, for tools. Counts past a thousand are written into a copy's stats."""
+    ds = tmp_path / "ds"
+    shutil.copytree(tiny_dataset, ds, symlinks=True)
+    manifest = json.loads((ds / "manifest.json").read_text())
+    manifest["stats"].update(documents_in=1234567, dropped={"too_short": 3, "duplicate": 2345678},
+                             quarantined={"malformed_record": 45678}, changed={"nfc": 1000})
+    (ds / "manifest.json").write_text(json.dumps(manifest))
+    out = _cli("inspect", str(ds))
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "{'" not in text and "': " not in text, text
+    lines = text.splitlines()
+    assert f"documents   1,234,567 in, {manifest['totals']['rows']:,} out" in lines
+    assert "dropped     duplicate=2,345,678, too_short=3" in lines
+    assert "quarantined malformed_record=45,678" in lines
+    assert "changed     nfc=1,000" in lines
+    assert "schema      doc_id: string, input_ids: binary<uint16le>" in lines
+    config = lines[lines.index("config") + 1:lines.index(next(
+        line for line in lines if line.startswith("versions")))]
+    assert len(config) == len(manifest["config"]) > 10
+    found = [re.fullmatch(r"  (\w+)( +)(.+)", line) for line in config]
+    assert all(found), config
+    assert len({len(m.group(1) + m.group(2)) for m in found if m}) == 1, "values not aligned"
+    assert {m.group(1): json.loads(m.group(3)) for m in found if m} == manifest["config"]
+
+    as_json = _cli("inspect", tiny_dataset, "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    assert as_json.stdout == (Path(tiny_dataset) / "manifest.json").read_text()
+
+
+def test_run_summary_and_progress_use_thousands_separators() -> None:
+    from pipeline.job import RunSummary
+    from pipeline.progress import ProgressBar
+    from storage.admin.versions import HistoryEntry, render_history
+
+    text = RunSummary(
+        output="out", partitions=12345, shards=12000, docs_in=1234567, docs_out=1200000,
+        dropped={"duplicate": 34567}, quarantined={"malformed_record": 1000}, tokens=10**9,
+        bytes=2 * 10**9, wall_s=10.0, resumed=2345, inputs=23456,
+        empty_inputs=("a", "b")).render()
+    lines = text.splitlines()
+    assert "inputs       23,456 files (2 empty: a, b)" in lines
+    assert ("partitions   12,345 -> 12,000 shards (2,345 phase-1 results reused from an earlier "
+            "run)") in lines
+    assert "documents    1,234,567 in, 1,200,000 out" in lines
+    assert "dropped      duplicate=34,567" in lines
+    assert "quarantined  malformed_record=1,000" in lines
+    assert "tokens       1,000,000,000" in lines
+
+    stream = io.StringIO()
+    ProgressBar(12345, label="tasks", stream=stream).update(12345, tokens=5)  # the last: drawn
+    assert "] 12,345/12,345 tasks " in stream.getvalue()
+
+    table = render_history([HistoryEntry(None, True, shards=12345, tokens=67890)])
+    assert "12,345" in table and "67,890" in table
 
 
 def test_storage_options_from_a_file(tiny_dataset: str, tmp_path: Path) -> None:
