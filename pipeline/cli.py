@@ -66,9 +66,11 @@ def run(*inputs: Annotated[str, Parameter(name="INPUT")],
     ----------
     inputs
         files or globs, local or any fsspec URL such as s3://bucket/raw/*.jsonl.gz:
-        .jsonl/.json/.ndjson (one record per line), .txt (one document per blank-line
-        separated paragraph), .csv (header row), .parquet; .gz/.zst/.bz2/.xz compressed text
-        formats
+        .jsonl/.json/.ndjson (one record per line), .txt/.text (one document per blank-line
+        separated paragraph), .csv (header row), .parquet; WARC and WET files (.warc,
+        .warc.gz, .warc.wet.gz, .wet: one document per HTML response or text conversion
+        record, with its URL and date); any of them but .parquet also .gz/.zst/.bz2/.xz
+        compressed
     output
         dataset URL (a local directory or e.g. s3://bucket/datasets/name); default
         data/shakespeare, or the first replica of --replica-config
@@ -121,8 +123,10 @@ def export(url: Annotated[str, Parameter(name="URL")],
     """Rewrite a dataset for pandas, DuckDB, Polars or HF datasets.
 
     Stream the dataset's current version, shard by shard (checksums verified), into OUTPUT
-    as Parquet with input_ids as list<int32> (parquet-list), JSON lines (jsonl), or a
-    Hub-ready folder of such Parquet files plus a dataset card (hf: datasets.load_dataset(OUTPUT)).
+    as Parquet with doc_id and input_ids as list<int32> (parquet-list), JSON lines (jsonl), or
+    a Hub-ready folder of such Parquet files plus a dataset card (hf:
+    datasets.load_dataset(OUTPUT)). A dataset's metadata columns (a web run's url, date,
+    source, lang, lang_score) follow, unchanged.
 
     Parameters
     ----------

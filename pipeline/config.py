@@ -58,8 +58,10 @@ class PipelineConfig:
                               "file@offset or file#row)")
     partition_bytes: int = _f(0, "split uncompressed JSONL/text files into byte ranges "
                               "(Parquet: row groups) of about this size, one task and one shard "
-                              "each; phase 1 streams it, so a worker holds ~250 MiB + the "
-                              "finished shard (~0.4 x this) with GPT-2. "
+                              "each (compressed, CSV and WARC/WET files are never split: one "
+                              "partition each, or packed when smaller, see "
+                              "--files-per-partition); phase 1 streams it, so a worker holds "
+                              "~250 MiB + the finished shard (~0.4 x this) with GPT-2. "
                               "0: input bytes / 64, within 1 MiB-1 GiB")
     files_per_partition: int = _f(PACK_MAX_FILES, "pack up to this many consecutive small "
                                   "files (each under the partition size) into one partition, "

@@ -200,3 +200,52 @@ def test_docs_link_to_each_other_and_not_outside() -> None:
     assert "docs/design.md" in readme and "benchmarks/README.md" in readme
     for doc in (README, DESIGN, ROOT / "benchmarks" / "README.md", ROOT / "trainer" / "README.md"):
         assert "shared/DESIGN.md" not in doc.read_text(), f"{doc.name} points outside the repo"
+
+
+def _run_help() -> str:
+    """``python -m pipeline run --help`` as a user reads it (wide: no suffix is wrapped)."""
+    import io
+
+    from rich.console import Console
+
+    from pipeline.cli import app
+
+    out = io.StringIO()
+    app.help_print(["run"], console=Console(file=out, width=400))
+    return out.getvalue()
+
+
+def _names(suffix: str, text: str) -> bool:
+    """``text`` names ``suffix`` on its own (``.json`` is not named by ``.jsonl``)."""
+    return re.search(rf"(?<![\w.]){re.escape(suffix)}(?![\w])", text) is not None
+
+
+def test_help_and_readme_name_every_input_format() -> None:
+    """Every file name ending discovery accepts is in ``run --help`` and the README, WARC's
+    compound endings included: the help once left WARC out, so users thought it unsupported."""
+    from pipeline.discovery import COMPRESSIONS, FORMATS, detect_format
+
+    endings = [*FORMATS, *COMPRESSIONS, ".warc.gz", ".warc.wet.gz"]
+    assert detect_format("x.warc.wet.gz") == ("warc", "gzip")
+    for name, text in (("run --help", _run_help()), ("README.md", README.read_text())):
+        missing = [e for e in endings if not _names(e, text)]
+        assert not missing, f"{name} does not name the input endings {missing}"
+    assert not _names(".wet", "x.warc.wet.gz") and not _names(".json", ".jsonl")
+
+
+def test_warc_partitions_are_as_the_docs_say() -> None:
+    """The docs once said "one partition per WARC file", and 23 small files became 2
+    partitions: a WARC file is never split, and small ones are packed like any unsplit file
+    (README's Common Crawl section: 23 files of about 80 KB are two partitions)."""
+    from pipeline.discovery import InputFile
+    from pipeline.plan import auto_partition_bytes, plan_partitions
+
+    for doc in (README, DESIGN):
+        stale = re.findall(r"[Oo]ne partition per (?:WARC )?file", doc.read_text())
+        assert not stale, f"{doc.name} says {stale}"
+    small = [InputFile(f"s3://b/{i:02d}.warc.gz", "warc", "gzip", 80_000) for i in range(23)]
+    size = auto_partition_bytes(23 * 80_000)
+    assert len(plan_partitions(small, size)) == 2
+    assert len(plan_partitions(small, size, max_files=1)) == 23  # --files-per-partition 1
+    big = InputFile("a.warc", "warc", None, 10 * size)  # even uncompressed: never split
+    assert [(p.start, p.end) for p in plan_partitions([big], size)] == [(0, -1)]
