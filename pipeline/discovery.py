@@ -7,10 +7,13 @@ the whole dataset, independent of listing order.
 
 from __future__ import annotations
 
+import csv
 import importlib.util
+import io
+import json
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +30,7 @@ from pipeline.filetable import (
 )
 from pipeline.records import InputError
 from storage import display_url, resolve
+from storage.io.user_files import UserFileError, bounded_lines, not_regular, open_regular
 
 #: format by suffix (after any compression suffix is removed)
 FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".txt": "txt",
@@ -36,6 +40,9 @@ FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".txt": "txt
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".bz2": "bz2", ".xz": "xz"}
 #: concurrent Parquet footer reads during discovery (one small ranged read each)
 PARQUET_FOOTER_THREADS = 16
+#: the largest size an input list may give a file: 256 TiB, far above any store's largest
+#: object (S3: 5 TiB), far below what makes the plan's int64 sums overflow (10^26 did)
+MAX_LISTED_SIZE = 1 << 48
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,14 @@ def _parquet_row_groups(fs: Any, path: str) -> tuple[int, ...]:
             return tuple(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
     except Exception:  # an unreadable file becomes one partition that quarantines it
         return ()
+
+
+def _special(path: str) -> bool:
+    """Whether a local input exists and is not a regular file (a FIFO, a device)."""
+    try:
+        return not_regular(path) is not None
+    except (OSError, ValueError):
+        return False
 
 
 def _tag(info: dict[str, Any]) -> Any:
@@ -270,6 +285,8 @@ def discover_table(inputs: list[str], storage_options: dict[str, Any] | None = N
     if len(parquet):
         def row_groups(i: int) -> tuple[int, ...]:
             loc = resolve(table.url(i), storage_options)
+            if loc.is_local and _special(loc.root):
+                return ()  # a FIFO is never opened: its partition quarantines it
             return _parquet_row_groups(loc.fs, loc.root)
 
         with ThreadPoolExecutor(PARQUET_FOOTER_THREADS) as pool:
@@ -300,55 +317,110 @@ def read_inputs_from(path: str, storage_options: dict[str, Any] | None = None,
     lines and ``#`` comments are skipped. A URL without a protocol is a local path (made
     absolute). The version (ETag, mtime: what changes when the file does) goes into the
     resume keys as ``SIZE:VERSION``; without one a changed file of the same size is not seen.
-    """
-    import csv
-    import json
 
+    The list is streamed: a local one must be a regular file (a FIFO or device is refused
+    unopened: :mod:`storage.io.user_files`), a line may hold at most
+    :data:`~storage.io.user_files.LINE_LIMIT` bytes and a size at most
+    :data:`MAX_LISTED_SIZE`; each error names the file and line. A listed size is checked
+    against the file when it is read (:mod:`pipeline.input_checks`).
+    """
+    shown = display_url(path)
+    what = "--inputs-from"
     try:
         loc = resolve(path, storage_options)
-        fh = loc.fs.open(loc.root, "rt", encoding="utf-8")
+        if loc.is_local:
+            fh: Any = open_regular(loc.root, what)
+        else:  # a buffered reader: object-store files have no readline(size)
+            fh = io.BufferedReader(loc.fs.open(loc.root, "rb"), 1 << 16)
+    except UserFileError as exc:
+        raise InputError(str(exc)) from None
     except (ImportError, ValueError, OSError) as exc:
-        raise InputError(f"--inputs-from {display_url(path)}: cannot open ({exc})") from None
+        raise InputError(f"{what} {shown}: cannot open ({exc})") from None
     kind = "jsonl" if path.endswith((".jsonl", ".json", ".ndjson")) else (
         "csv" if path.endswith(".csv") else "text")
     urls: list[str] = []
     sizes: list[int] = []
     versions: list[str] = []
     with fh:
-        rows: Iterable[Any] = csv.reader(fh) if kind == "csv" else fh
-        for n, row in enumerate(rows, 1):
-            try:
-                if kind == "csv":
-                    fields = [f.strip() for f in row]
-                    if not fields or not fields[0] or fields[0].startswith("#") or (
-                            n == 1 and fields[0].lower() == "url"):
-                        continue
-                elif kind == "jsonl":
-                    if not row.strip():
-                        continue
-                    obj = json.loads(row)
-                    fields = [obj["url"], str(obj["size"])] + (
-                        [str(obj["version"])] if obj.get("version") is not None else [])
-                else:
-                    fields = row.split()
-                    if not fields or fields[0].startswith("#"):
-                        continue
-                url, size = fields[0], int(fields[1])
-                if size < 0 or len(fields) > 3:
-                    raise ValueError
-            except (ValueError, KeyError, IndexError, TypeError):
-                raise InputError(f"--inputs-from {display_url(path)}, line {n}: expected "
-                                 "URL SIZE [VERSION]") from None
-            if "://" not in url:
-                url = os.path.abspath(url)
-            urls.append(url)
-            sizes.append(size)
-            versions.append(f"{size}:{fields[2] if len(fields) > 2 else None}")
-            if len(urls) >= page:
-                yield urls, sizes, versions
-                urls, sizes, versions = [], [], []
+        try:
+            for n, line in bounded_lines(fh, what, shown):
+                row = _listed_row(line, kind, n)
+                if row is None:
+                    continue
+                url, size, version = row
+                urls.append(url if "://" in url else os.path.abspath(url))
+                sizes.append(size)
+                versions.append(f"{size}:{version}")
+                if len(urls) >= page:
+                    yield urls, sizes, versions
+                    urls, sizes, versions = [], [], []
+        except UserFileError as exc:
+            raise InputError(str(exc)) from None
+        except _BadLine as exc:
+            raise InputError(f"{what} {shown}, line {exc.args[0]}: {exc.args[1]}") from None
     if urls:
         yield urls, sizes, versions
+
+
+class _BadLine(Exception):
+    """``(line number, what is wrong)`` of a line of an input list."""
+
+
+_EXPECTED = "expected URL SIZE [VERSION]"
+
+
+def _listed_row(line: str, kind: str, n: int) -> tuple[str, int, str | None] | None:
+    """``(url, size, version)`` of one line of an input list; ``None`` for a blank line, a
+    comment or a CSV header; :class:`_BadLine` when the line is none of those."""
+    if kind == "csv":
+        try:
+            fields = [f.strip() for f in next(csv.reader([line]), [])]
+        except csv.Error:
+            raise _BadLine(n, f"{_EXPECTED} (not CSV)") from None
+        if not fields or not fields[0] or fields[0].startswith("#") or (
+                n == 1 and fields[0].lower() == "url"):
+            return None
+    elif kind == "jsonl":
+        if not line.strip():
+            return None
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError):
+            raise _BadLine(n, f'{_EXPECTED} (not a JSON object {{"url", "size", '
+                              '"version"}})') from None
+        if not isinstance(obj, dict) or "url" not in obj or "size" not in obj:
+            raise _BadLine(n, f'{_EXPECTED} (a JSON object {{"url", "size", "version"}})')
+        url, size = obj["url"], obj["size"]
+        if not isinstance(url, str) or isinstance(size, bool) or not isinstance(size, int):
+            raise _BadLine(n, f"{_EXPECTED}: url must be a string and size a whole number")
+        fields = [url, str(size)] + ([str(obj["version"])] if obj.get("version") is not None
+                                     else [])
+    else:
+        fields = line.split()
+        if not fields or fields[0].startswith("#"):
+            return None
+    if len(fields) < 2 or len(fields) > 3:
+        raise _BadLine(n, _EXPECTED)
+    url = fields[0]
+    try:
+        size = int(fields[1])
+    except ValueError:
+        raise _BadLine(n, f"{_EXPECTED}: size {fields[1][:40]!r} is not a whole number") \
+            from None
+    if not 0 <= size <= MAX_LISTED_SIZE:
+        raise _BadLine(n, f"size {fields[1][:40]} is not a file size (0 to "
+                          f"{MAX_LISTED_SIZE:,} bytes)")
+    if not url or "\x00" in url or not _encodes(url):
+        raise _BadLine(n, f"{_EXPECTED}: the URL is empty or not text")
+    return url, size, fields[2] if len(fields) > 2 else None
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate from JSON's \ud800
+        return False
+    return True
 
 
 def discover(inputs: list[str],

@@ -36,6 +36,7 @@ from distributed import Client
 
 from pipeline.records import InputError
 from storage import display_url, resolve
+from storage.io.user_files import not_regular
 
 #: how long the scheduler of a LocalCluster we start waits for a silent worker's heartbeat
 #: (Dask's default is 5 min); it checks every TTL, so a hung worker goes within 2 x TTL
@@ -153,6 +154,8 @@ def can_read(urls: list[str], options: Any) -> tuple[str, str, str] | None:
     for url in urls:
         try:
             loc = resolve(url, options.value)
+            if loc.is_local and not_regular(loc.root):
+                continue  # a FIFO or device: never opened, its partition quarantines it
             with loc.fs.open(loc.root, "rb") as fh:
                 fh.read(1)
         except Exception as exc:

@@ -1,8 +1,9 @@
 """Readers: one per input format, each turning one partition into documents and rejects.
 
 ``read_partition`` opens the partition's file (decompressing through fsspec), hands it to the
-format's reader, and turns the ways a file can fail — unreadable, truncated — into rejected
-records, so that a bad file never stops a run unless ``--strict`` asks for it.
+format's reader, and turns the ways a file can fail — unreadable, truncated, not a regular
+file, not its listed size (:mod:`pipeline.input_checks`) — into rejected records, so that a bad
+file never stops a run unless ``--strict`` asks for it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline import input_checks
 from pipeline.plan import Partition
 from pipeline.records import Document, Rejected
 from storage import display_url, resolve
@@ -86,11 +88,21 @@ def read_partition(part: Partition, opts: ReadOptions,
     shown = display_url(part.url)
     truncated = _truncation_errors()
     position = [0]  # decompressed offset reached, for the truncation report
+    # a FIFO or device is never opened, a file not of its listed size never cut: quarantined
+    refused = input_checks.before_open(part, loc.root, loc.is_local)
+    if refused is not None:
+        yield from input_checks.rejects(part, refused, name, shown)
+        return
     try:
         # WARC/WET: the reader takes the gzip members itself (pipeline.readers.warc)
         compression = (None if part.fmt == "warc" and part.compression == "gzip"
                        else part.compression)
         fh = loc.fs.open(loc.root, "rb", compression=compression, block_size=4 << 20)
+        refused = input_checks.after_open(part, fh)  # a remote file's size, from the open
+        if refused is not None:
+            fh.close()
+            yield from input_checks.rejects(part, refused, name, shown)
+            return
         salvage = None
         if compression:
             salvage = _Salvage(fh, truncated)
