@@ -43,6 +43,8 @@ MARGIN_S = 60.0
 RECHECK_S = 1.0
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+#: the furthest a duration deadline may lie ahead (``--deadline 3650d``)
+MAX_DEADLINE_S = 10 * 366 * 86400.0
 
 
 def parse_deadline(text: str, now: float) -> float:
@@ -50,7 +52,11 @@ def parse_deadline(text: str, now: float) -> float:
     names no zone) -> a POSIX time."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*", text)
     if m:
-        return now + float(m.group(1)) * _UNITS[m.group(2)]
+        span = float(m.group(1)) * _UNITS[m.group(2)]
+        if not span <= MAX_DEADLINE_S:  # 1e400d is inf: its clock text was an OverflowError
+            raise ValueError(f"deadline {text!r}: at most {MAX_DEADLINE_S / 86400:,.0f} days "
+                             "ahead")
+        return now + span
     try:
         t = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
@@ -64,7 +70,11 @@ def need_with_margin(estimate_s: float) -> float:
 
 
 def _clock_text(t: float, now: float) -> str:
-    here, today = datetime.fromtimestamp(t).astimezone(), datetime.fromtimestamp(now)
+    """``t`` as a wall-clock time for a log line (the date too when not today)."""
+    try:
+        here, today = datetime.fromtimestamp(t).astimezone(), datetime.fromtimestamp(now)
+    except (OverflowError, OSError, ValueError):  # inf, NaN, or past year 9999
+        return "an unknown time"
     fmt = "%H:%M:%S" if t - now < 600 else "%H:%M"
     return here.strftime(fmt if here.date() == today.date() else f"%Y-%m-%d {fmt}")
 

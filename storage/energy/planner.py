@@ -9,7 +9,9 @@ a given time.
   deadline that together last ``need_s`` (greedy on intensity; the earlier piece wins a tie);
   run now iff now is in one of them, else wait until the first of them.
 - Threshold (``max_intensity``): run iff the intensity now is at or below it, else wait until
-  the next piece that is.
+  the next piece that is (without a deadline and with no such piece: until the forecast
+  runs out, where an unknown intensity means run; never an infinite ``until``, which
+  crashed the waiting line's clock with an ``OverflowError``).
 
 Either way the job never waits past the latest start, ``deadline - need_s``: at it (or when
 the need no longer fits) the answer is run, whatever the intensity. So a job whose need was
@@ -85,6 +87,8 @@ def decide(forecast: Sequence[Segment], now: float, need_s: float, deadline: flo
             return Decision(True, None, now_g, None, "under threshold")
         nxt = next(((s, g) for s, _e, g in pieces if g <= max_intensity), None)
         until = min(latest, nxt[0]) if nxt else latest
+        if math.isinf(until):  # no deadline, no clean piece: until the forecast runs out
+            until = next((s for s, _e, g in pieces if math.isinf(g)), until)
         return Decision(False, until, now_g, nxt[1] if nxt and nxt[0] <= latest else None,
                         "over threshold")
     chosen = []

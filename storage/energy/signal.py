@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 import urllib.request
 from collections.abc import Callable
@@ -35,6 +36,12 @@ from storage.energy.planner import Segment
 HEADER_ENV = "SHARDFLOW_CARBON_SIGNAL_HEADER"
 #: a URL is re-read this often while a job runs (a local file: when its mtime changes)
 REFRESH_S = 300.0
+#: the most of a signal read (a year of 5-minute points is ~10 MB of JSON)
+SIGNAL_LIMIT = 64 << 20
+#: the highest intensity accepted, g/kWh (the dirtiest grids measure ~1,000-1,500)
+MAX_INTENSITY = 100_000.0
+#: the longest segment accepted (forecast points are minutes to hours)
+MAX_DURATION_S = 366 * 86400.0
 
 
 class SignalError(ValueError):
@@ -43,37 +50,54 @@ class SignalError(ValueError):
 
 def _when(value: Any, where: str) -> float:
     if not isinstance(value, str):
-        raise SignalError(f"{where}: expected an ISO 8601 time, got {value!r}")
+        raise SignalError(f"{where}: expected an ISO 8601 time, got {_shown(value)}")
     try:
         t = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise SignalError(f"{where}: not an ISO 8601 time: {value!r}") from None
+        raise SignalError(f"{where}: not an ISO 8601 time: {_shown(value)}") from None
     if t.tzinfo is None:
         t = t.replace(tzinfo=timezone.utc)
     return t.timestamp()
 
 
 def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise SignalError(f"{where}: expected a non-negative intensity, got {value!r}")
+    """An intensity: finite, from 0 to :data:`MAX_INTENSITY` (JSON's ``NaN`` and
+    ``Infinity`` parse as floats; a NaN compared false with every threshold and reached the
+    planner, which crashed with an ``OverflowError``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            0 <= value <= MAX_INTENSITY):
+        raise SignalError(f"{where}: expected a non-negative intensity (at most "
+                          f"{MAX_INTENSITY:,.0f} g/kWh), got {_shown(value)}")
     return float(value)
 
 
+def _shown(value: Any) -> str:
+    """A value for an error message: its repr, cut short (a 400-digit number is not
+    echoed, and one of 5,000 digits has no repr at all)."""
+    if isinstance(value, int) and value.bit_length() > 128:
+        return f"a {value.bit_length()}-bit integer"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _minutes(value: Any, where: str) -> float:
-    """The SDK's duration: minutes (forecasts) or "HH:MM:SS" (emissions data)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-        return float(value) * 60
-    if isinstance(value, str):
+    """The SDK's duration: minutes (forecasts) or "HH:MM:SS" (emissions data); more than 0
+    and at most :data:`MAX_DURATION_S` (an infinite one made an endless segment)."""
+    total = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        total = float(value) * 60
+    elif isinstance(value, str) and len(value) <= 40:
         head, dot, tail = value.partition(".")  # .NET TimeSpan: [D.]HH:MM:SS
         days, rest = (head, tail) if dot and ":" not in head else ("0", value)
         try:
             h, m, s = (float(x) for x in rest.split(":"))
             total = (float(days) * 24 + h) * 3600 + m * 60 + s
-            if total > 0:
-                return total
         except ValueError:
             pass
-    raise SignalError(f"{where}: expected a duration (minutes or HH:MM:SS), got {value!r}")
+    if total is not None and 0 < total <= MAX_DURATION_S:
+        return total
+    raise SignalError(f"{where}: expected a duration (minutes or HH:MM:SS, at most a year), "
+                      f"got {_shown(value)}")
 
 
 def _points(rows: list[Any], where: str, t_key: str, g_key: str) -> list[Segment]:
@@ -157,14 +181,37 @@ def _fetch(src: str, timeout: float = 30.0) -> bytes:
             k, v = header.split(":", 1)
             req.add_header(k.strip(), v.strip())
         with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - user's URL
-            return r.read()
+            return _bounded(r)
     if "://" in src and not src.startswith("file://"):
         import fsspec
 
         with fsspec.open(src, "rb") as f:
-            return f.read()
-    with open(src.removeprefix("file://"), "rb") as f:
-        return f.read()
+            return _bounded(f)
+    with _open_regular(src.removeprefix("file://")) as f:
+        return _bounded(f)
+
+
+def _open_regular(path: str) -> Any:
+    """A local signal file, known to be a regular file: a FIFO is refused without being
+    opened (opening it waits for a writer), and opened with ``O_NONBLOCK`` so one swapped in
+    after the check cannot block either. (What storage.io.user_files does for every file a
+    user names; energy imports nothing of ours, by the import rules.)"""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise ValueError("not a regular file (a FIFO, device or folder)")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError("not a regular file (a FIFO, device or folder)")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def _bounded(f: Any) -> bytes:
+    """All of a signal, at most :data:`SIGNAL_LIMIT` bytes of it (else an error, never cut)."""
+    data = f.read(SIGNAL_LIMIT + 1)
+    if len(data) > SIGNAL_LIMIT:
+        raise ValueError(f"longer than {SIGNAL_LIMIT:,} bytes")
+    return bytes(data)
 
 
 def _label(src: str) -> str:
@@ -182,8 +229,10 @@ def load_signal(src: str) -> list[Segment]:
                           f"{type(exc).__name__}: {exc}") from None
     try:
         data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a 5,000-digit number
         raise SignalError(f"{name}: not JSON: {exc}") from None
+    except RecursionError:
+        raise SignalError(f"{name}: not JSON: nested too deeply") from None
     return parse_signal(data, name)
 
 
