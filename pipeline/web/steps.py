@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.web.c4 import C4Quality
 from pipeline.web.fineweb import FineWebQuality
 from pipeline.web.gopher import GopherQuality, GopherRepetition
+from pipeline.web.option_types import typed_option
 from pipeline.web.text import Text
 
 if TYPE_CHECKING:
@@ -57,13 +58,14 @@ def parse_filters(spec: str) -> tuple[str, ...]:
 
 def parse_filter_options(text: str | None) -> tuple[tuple[str, Any], ...]:
     """``--filter-options`` JSON -> sorted ``((rule_set.field, value), ...)``, each checked
-    against the rule set's fields (an unknown name is an error naming it)."""
+    against the rule set's fields (an unknown name is an error naming it) and their types
+    (:mod:`pipeline.web.option_types`)."""
     if not text:
         return ()
     try:
         raw = json.loads(text)
-    except ValueError as exc:
-        raise ValueError(f"filter_options: not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"filter_options: not JSON: {str(exc)[:200]}") from None
     if not isinstance(raw, dict):
         raise ValueError("filter_options: expected a JSON object "
                          '{"rule_set.option": value, ...}')
@@ -72,9 +74,8 @@ def parse_filter_options(text: str | None) -> tuple[tuple[str, Any], ...]:
         rule, _, name = key.partition(".")
         if rule not in RULE_SETS or name not in {f.name for f in fields(RULE_SETS[rule])}:
             raise ValueError(f"filter_options: unknown option {key!r}")
-        if isinstance(value, list):
-            value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
-        out.append((key, value))
+        # of the field's type, here in the driver: not a traceback per task on the workers
+        out.append((key, typed_option(key, value, RULE_SETS[rule])))
     return tuple(out)
 
 
