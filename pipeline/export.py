@@ -16,6 +16,13 @@ the committed version as:
 Streaming: one shard is read (checksum-verified) and written at a time, row group by row
 group, so memory is bounded by a shard whatever the dataset's size. Output names depend on the
 shard's position only, and the bytes on its content: an export is reproducible.
+
+Each shard passes the checks ``storage verify`` makes (:func:`storage.admin.verify.
+check_object`, on the bytes already read: no second read) before it is written: its size,
+row-group ranges and digests, footer, and the token and row counts the index gives it. An
+index whose checksums were recomputed over crafted counts passed export's sha256 check alone
+while verify and the loader refused it. A shard that fails stops the export with one error
+naming the shard and the field; the parts written before it stay.
 """
 
 from __future__ import annotations
@@ -31,7 +38,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.progress import ProgressBar
-from storage import Manifest, ReplicaSet, ShardInfo, resolve, shards_of, tokens, write_atomic
+from storage import (
+    Manifest,
+    ManifestError,
+    ReplicaSet,
+    ShardInfo,
+    resolve,
+    shards_of,
+    tokens,
+    write_atomic,
+)
+from storage.admin.verify import check_object
+from storage.format.checksums import PIECE_DIGEST, SHA256
+from storage.format.index import digest_algorithm
+from storage.io.urls import Location
 
 FORMATS = ("parquet-list", "jsonl", "hf")
 LIST_SCHEMA = pa.schema([pa.field("doc_id", pa.string(), nullable=False),
@@ -117,11 +137,14 @@ def export(store: ReplicaSet, output: str, fmt: str,
     suffix = "jsonl" if fmt == "jsonl" else "parquet"
     prefix = "data/" if fmt == "hf" else ""
     shards = shards_of(store, manifest)  # v2: from its index, verified
+    algorithm = _digest(manifest)
     bar = ProgressBar(len(shards), label="shards", enabled=progress, stream=log)
     names: list[str] = []
     for i, shard in enumerate(shards):
         names.append(f"{prefix}part-{i:05d}.{suffix}")
-        write_atomic(out, names[-1], write(list_batches(_read(store, shard), encoding)))
+        data = _read(store, shard)
+        _check(shard, data, algorithm, encoding)
+        write_atomic(out, names[-1], write(list_batches(data, encoding)))
         bar.update(1, shard.tokens)
     if fmt == "hf":
         write_atomic(out, "README.md", dataset_card(manifest, names).encode("utf-8"))
@@ -131,3 +154,36 @@ def export(store: ReplicaSet, output: str, fmt: str,
 
 def _read(store: ReplicaSet, shard: ShardInfo) -> bytes:
     return store.get(shard.path, sha256=shard.sha256)
+
+
+def _digest(manifest: Manifest) -> str:
+    """The row groups' digest algorithm, chosen as ``storage verify`` chooses it."""
+    algorithm = (manifest.index.digest if manifest.index is not None
+                 else digest_algorithm(manifest.shards) if manifest.shards else SHA256)
+    return algorithm if algorithm in (PIECE_DIGEST, SHA256) else SHA256
+
+
+class _BytesFiles:
+    """The two calls :func:`check_object` makes of a filesystem (``info``, ``cat_file``),
+    answered from one object's bytes in memory."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def info(self, path: str) -> dict[str, Any]:
+        return {"name": path, "size": len(self.data), "type": "file"}
+
+    def cat_file(self, path: str, start: int | None = None, end: int | None = None) -> bytes:
+        return self.data[start:end]
+
+
+def _check(shard: ShardInfo, data: bytes, algorithm: str, encoding: str) -> None:
+    """``storage verify``'s checks of one shard, on its bytes; ``ManifestError`` naming the
+    shard and what disagrees when it fails them."""
+    loc = Location(f"memory://{shard.path}", _BytesFiles(data), "")
+    finding = check_object(loc, shard.path, shard.bytes, shard.sha256, shard, algorithm,
+                           encoding)
+    if finding is not None:
+        raise ManifestError(f"{shard.path}: {finding.kind}: {finding.detail} (the dataset "
+                            "fails `python -m storage verify`; nothing of this shard was "
+                            "exported)")
