@@ -13,8 +13,12 @@ Protocol, using one atomic primitive, *create if absent*:
 
 - acquire: create ``_lease.json`` if absent, then read it back (it must hold our run id);
 - a lease is *stale* when its expiry has passed, or when its holder runs on this host (same
-  hostname and pid namespace) and its pid is gone; a lease that cannot be parsed counts as held
-  until its object's age passes the default TTL;
+  hostname and pid namespace) and its pid is gone. Whatever is no valid lease (every field is
+  checked, the file read with a bound and opened as a regular file:
+  :mod:`storage.io.lease_record`) is an *invalid lease*, reported as that file's fault and
+  stale a TTL after this process first saw it (or once the store dates it a TTL old);
+  ``python -m storage unlock`` (:mod:`storage.admin.unlock`) removes one at once, and every
+  "held by" message names that command;
 - take-over of a stale lease: create ``_lease-takeover-<stale run id>.json`` if absent; only one
   candidate can, for one stale holder. The winner reads the lease again, checks that it still
   names the stale holder, replaces it with its own and removes the token. A candidate that
@@ -44,11 +48,9 @@ Readers and ``gc`` never see the lease: readers do not list, and gc removes only
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import errno
-import hashlib
-import json
 import os
+import shlex
 import socket
 import sys
 import tempfile
@@ -56,19 +58,42 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
 from storage.format.layout import LEASE, LEASE_TAKEOVER_PREFIX
 from storage.io.atomic import write_atomic
+from storage.io.lease_record import (
+    FORMAT,
+    MAX_TTL_S,
+    Found,
+    Holder,
+    InvalidLease,
+    invalid_blocker,
+    pid_namespace,
+    positive_seconds,
+    read_lease,
+    when,
+)
 from storage.io.retry import TIMEOUT, TRANSIENT, classify
 from storage.io.urls import Location, display_url
 
-FORMAT = "shardflow.lease/1"
+__all__ = ["FORMAT", "MAX_TTL_S", "Holder", "InvalidLease", "Lease",
+           "LeaseError", "LeaseHeldError", "LeaseLostError", "PrimaryUnavailableError",
+           "StoreSilentError", "break_lease", "hold", "take", "unlock_command", "waiting_line"]
+
 #: how long a lease lasts without renewal; its holder renews it every third of that
 DEFAULT_TTL_S = 90.0
 #: fallback create-if-absent: how long to wait before reading back who won
 DEFAULT_SETTLE_S = 1.0
+#: kept for callers of the names before :mod:`storage.io.lease_record` held them
+_when, _pid_namespace = when, pid_namespace
+#: a folder in a lease's place on an object store is removed only up to this many objects
+MAX_FOLDER_OBJECTS = 1000
+
+
+def unlock_command(url: str) -> str:
+    """The command that shows a replica's lease and breaks it once its holder is gone."""
+    return f"python -m storage unlock {shlex.quote(url)}"
 
 
 class LeaseError(OSError):
@@ -76,80 +101,28 @@ class LeaseError(OSError):
 
 
 class LeaseHeldError(LeaseError):
-    """Another writer holds the output's lease; ``holder`` says who."""
+    """Another writer holds the output's lease, or an invalid lease is in its place (not yet
+    stale); ``holder`` says which. Every message names ``python -m storage unlock``."""
 
-    def __init__(self, url: str, holder: Holder, hint: str = "") -> None:
+    def __init__(self, url: str, holder: Holder | InvalidLease, hint: str = "") -> None:
         self.url, self.holder = url, holder
-        super().__init__(f"{url} is being written by another run: {holder.describe()}"
-                         f"{'; ' + hint if hint else ''}")
+        hint = f"; {hint}" if hint else ""
+        if isinstance(holder, InvalidLease):
+            message = (f"{url} has {holder.describe()}{hint}; to remove it now: "
+                       f"{unlock_command(url)}")
+        else:
+            message = (f"{url} is being written by another run: {holder.describe()}{hint}; "
+                       f"if that writer is gone: {unlock_command(url)}")
+        super().__init__(message)
 
 
 class LeaseLostError(LeaseError):
     """Our lease expired or another writer took it over: we must not commit."""
 
 
-def _when(t: float) -> str:
-    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _pid_namespace() -> int:
-    """The pid namespace's inode (0 where unknown): a pid means something only inside it."""
-    try:
-        return os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return 0
-
-
-@dataclass(frozen=True)
-class Holder:
-    """Who holds a lease, as stored in ``_lease.json``."""
-
-    host: str
-    pid: int
-    run_id: str
-    started: float  # wall-clock seconds
-    expires: float  # wall-clock seconds
-    ttl_s: float
-    pidns: int = 0
-    format: str = FORMAT
-
-    def to_bytes(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True, indent=1).encode() + b"\n"
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> Holder:
-        """Parse a lease; ``ValueError`` when it is not one (torn, foreign, newer format)."""
-        d = json.loads(data)
-        if not isinstance(d, dict) or d.get("format") != FORMAT:
-            raise ValueError(f"not a {FORMAT} lease")
-        return cls(host=str(d["host"]), pid=int(d["pid"]), run_id=str(d["run_id"]),
-                   started=float(d["started"]), expires=float(d["expires"]),
-                   ttl_s=float(d["ttl_s"]), pidns=int(d.get("pidns", 0)))
-
-    def describe(self, now: float | None = None) -> str:
-        now = time.time() if now is None else now
-        left = self.expires - now
-        state = (f"expires {_when(self.expires)} (in {left:.0f} s) unless renewed" if left > 0
-                 else f"expired {_when(self.expires)} ({-left:.0f} s ago)")
-        return (f"host {self.host}, pid {self.pid}, run {self.run_id}, since "
-                f"{_when(self.started)}, {state}")
-
-    def is_local_process(self) -> bool:
-        return (self.host == socket.gethostname() and self.pidns == _pid_namespace()
-                and self.pidns != 0)
-
-    def stale(self, now: float) -> bool:
-        """Expired, or a process of this host (same pid namespace) that no longer exists."""
-        if self.expires <= now:
-            return True
-        if self.is_local_process() and self.pid != os.getpid():
-            try:
-                os.kill(self.pid, 0)
-            except ProcessLookupError:
-                return True
-            except PermissionError:  # alive, someone else's
-                return False
-        return False
+class BrokenLeaseError(LeaseError):
+    """An invalid lease that is stale could not be cleared away (a folder of too many
+    objects): the lease's fault, said so, never blamed on the store."""
 
 
 def _precondition_failed(exc: BaseException) -> bool:
@@ -302,16 +275,9 @@ def _exclusive_open(path: str, data: bytes) -> bool:
 
 
 def _read(loc: Location, relative: str) -> bytes | None:
-    """The object's bytes, never from a cache; ``None`` when absent."""
-    path = loc.path(relative)
-    try:
-        if loc.is_local:
-            with open(path, "rb") as fh:
-                return fh.read()
-        loc.fs.invalidate_cache(path)
-        return loc.fs.cat_file(path)
-    except FileNotFoundError:
-        return None
+    """What is at ``relative`` (at most a lease's size and one byte, never from a cache; a
+    folder or special file as a marker of its kind); ``None`` when absent."""
+    return read_lease(loc, relative).identity
 
 
 def _age_s(loc: Location, relative: str, now: float) -> float:
@@ -332,6 +298,84 @@ def _delete(loc: Location, relative: str) -> None:
         _writer_fs(loc).rm_file(loc.path(relative))
 
 
+def _clear(loc: Location, found: Found) -> str:
+    """Remove the invalid or stale thing ``found`` at the lease's name; returns a note for
+    the user (``""``: nothing to say).
+
+    A folder in its place is moved aside on a local filesystem (one rename, nothing lost:
+    its contents were never ours to judge) and its objects removed on an object store (no
+    rename there; some stores let no lease be created beside them, and keep the emptied
+    folder until it is removed by name). Anything else is removed like a lease."""
+    if not found.folder:
+        _delete(loc, LEASE)
+        return ""
+    path = loc.path(LEASE)
+    if loc.is_local:
+        aside = f"{LEASE}.invalid-{uuid.uuid4().hex[:8]}"
+        os.rename(path, loc.path(aside))
+        return f"the folder {LEASE} was moved aside to {aside}"
+    fs = _writer_fs(loc)
+    fs.invalidate_cache(path)
+    objects = [p for p in fs.find(path + "/") if p.rstrip("/") != path.rstrip("/")]
+    if len(objects) > MAX_FOLDER_OBJECTS:
+        raise BrokenLeaseError(
+            f"{display_url(loc.url)}: a folder of {len(objects)} objects lies where its "
+            f"writer lease {LEASE} belongs; remove {LEASE}/ by hand (more than "
+            f"{MAX_FOLDER_OBJECTS} objects are not removed for you)")
+    if objects:
+        fs.rm(objects)
+    with contextlib.suppress(FileNotFoundError):
+        fs.rm_file(path + "/")  # the emptied folder itself, where the store keeps one
+    fs.invalidate_cache(path)
+    return f"the {len(objects)} objects under {LEASE}/ were removed"
+
+
+def _with_token(loc: Location, blocker_id: str, found: Found, ttl_s: float,
+                create: Callable[[str, bytes], bool], token_bytes: bytes,
+                act: Callable[[], None]) -> bool:
+    """Run ``act`` once no other candidate can act on the same stale or invalid lease, and
+    only if the store still holds exactly ``found``: the take-over protocol of the module
+    docstring, shared by a writer taking a lease over and by ``storage unlock``."""
+    token = f"{LEASE_TAKEOVER_PREFIX}{blocker_id}.json"
+    if not create(token, token_bytes):
+        # A token older than a TTL is a candidate that died mid-take-over: without this
+        # the stale lease could never be taken over. Removing it races only with another
+        # such cleanup, and :meth:`Lease.check` catches the rare double holder that follows.
+        if _age_s(loc, token, time.time()) <= ttl_s:
+            return False
+        _delete(loc, token)
+        if not create(token, token_bytes):
+            return False
+    try:
+        if read_lease(loc, LEASE).identity != found.identity:
+            return False  # another candidate took it over (and removed its token)
+        act()
+        return True
+    finally:
+        _delete(loc, token)
+
+
+def _blocker_id(found: Found) -> str:
+    """The name of ``found``'s take-over token: its holder's run id, or one per invalid
+    thing (its digest), so that one candidate alone acts on it."""
+    valid = found.valid
+    return valid.run_id if valid is not None else f"invalid-{found.tag}"
+
+
+def break_lease(loc: Location, found: Found, ttl_s: float = DEFAULT_TTL_S) -> tuple[bool, str]:
+    """Remove the lease ``found`` at ``loc`` if the store still holds it unchanged, under the
+    take-over protocol (so no writer taking it over at the same time is undone); returns
+    (removed, a note for the user). The caller decides that it may be broken."""
+    notes: list[str] = []
+    now = time.time()
+    token = Holder(socket.gethostname(), os.getpid(), f"unlock-{uuid.uuid4().hex[:12]}", now,
+                   now + ttl_s, ttl_s, pid_namespace()).to_bytes()
+    done = _with_token(loc, _blocker_id(found), found, ttl_s,
+                       lambda name, data: create_if_absent(loc, name, data), token,
+                       lambda: notes.append(_clear(loc, found)))
+    return done, "".join(notes)
+
+
 class Lease:
     """The writer lease of the dataset at ``loc`` for one run (see the module docstring).
 
@@ -341,19 +385,21 @@ class Lease:
 
     def __init__(self, loc: Location, ttl_s: float = DEFAULT_TTL_S, run_id: str | None = None,
                  settle_s: float = DEFAULT_SETTLE_S, conditional: bool | None = None) -> None:
-        if ttl_s <= 0:
-            raise ValueError(f"lease TTL must be positive, not {ttl_s}")
-        self.loc, self.ttl_s, self.settle_s = loc, float(ttl_s), settle_s
+        ttl_s = positive_seconds("the lease TTL", ttl_s)
+        settle_s = positive_seconds("the lease settle time", settle_s)
+        self.loc, self.ttl_s, self.settle_s = loc, ttl_s, settle_s
         self.run_id = run_id or uuid.uuid4().hex[:16]
         self._conditional = conditional
         now = time.time()
         self.holder = Holder(socket.gethostname(), os.getpid(), self.run_id, now, now + ttl_s,
-                             self.ttl_s, _pid_namespace())
+                             self.ttl_s, pid_namespace())
         self.held = False
         #: why the lease was lost (``""``: not lost)
         self.lost = ""
-        #: the stale holder this run took the lease over from, if any
-        self.took_over: Holder | None = None
+        #: the stale holder (or invalid lease) this run took the lease over from, if any
+        self.took_over: Holder | InvalidLease | None = None
+        #: what taking over an invalid lease did beyond replacing it (a folder moved aside)
+        self.cleared = ""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -372,44 +418,44 @@ class Lease:
             self._conditional = conditional_creates(self.loc)
         return create_if_absent(self.loc, relative, data, self.settle_s, self._conditional)
 
-    def current(self) -> tuple[Holder | None, bytes | None]:
-        """The holder the store names now (``None`` for an unparseable lease) and its bytes
-        (``None``: no lease)."""
-        data = _read(self.loc, LEASE)
-        if data is None:
-            return None, None
-        try:
-            return Holder.from_bytes(data), data
-        except (ValueError, KeyError, TypeError):
-            return None, data
+    def look(self) -> Found:
+        """What the store holds at the lease's name now (read with bounds, judged)."""
+        return read_lease(self.loc, LEASE)
 
-    def try_acquire(self) -> Holder | None:
-        """Take the lease if it is free or stale; returns ``None`` when taken, else the holder
-        in the way (one that could not be parsed is described as an unknown holder)."""
+    def current(self) -> tuple[Holder | None, bytes | None]:
+        """The holder the store names now (``None`` when what is there does not parse as a
+        lease) and what was read (``None``: no lease)."""
+        found = self.look()
+        return found.holder, found.identity
+
+    def try_acquire(self) -> Holder | InvalidLease | None:
+        """Take the lease if it is free or stale; returns ``None`` when taken, else what is in
+        the way: a live holder, or an invalid lease not yet stale."""
         for _ in range(8):  # each pass either decides or saw the lease change under it
             mine = self._fresh_holder()
             if self._create(LEASE, mine.to_bytes()):
                 return self._confirm(mine)
-            other, data = self.current()
-            if data is None:
+            found = self.look()
+            if found.absent:
                 continue  # released between our create and our read: try again
-            now = time.time()
-            if other is None:
-                age = _age_s(self.loc, LEASE, now)
-                if age < DEFAULT_TTL_S:
-                    return Holder("?", 0, "(unreadable lease)", now - age,
-                                  now - age + DEFAULT_TTL_S, DEFAULT_TTL_S)
-                # one name per unreadable lease, so that one candidate alone takes it over
-                tag = hashlib.sha256(data).hexdigest()[:16]
-                other = Holder("?", 0, f"unreadable-{tag}", now - age, now - age, 0.0)
-            if other.run_id == self.run_id:
+            if found.holder is not None and found.holder.run_id == self.run_id:
                 return self._confirm(mine)
-            if not other.stale(now):
-                return other
-            if self._take_over(other, data):
+            other: Holder | InvalidLease
+            valid = found.valid
+            if valid is not None:
+                if not valid.stale(time.time()):
+                    return valid
+                other = valid
+            elif found.holder is not None and found.holder.confirmed_dead():
+                other = found.holder  # an implausible expiry, but its holder is gone
+            else:
+                other = invalid_blocker(self.url, found, self.ttl_s)
+                if other.stale_in > 0:
+                    return other
+            if self._take_over(found):
                 self.took_over = other
                 return self._confirm(self.holder)
-            if self.current()[1] == data:
+            if self.look().identity == found.identity:
                 return other  # another candidate's take-over is under way (or died: its
                 # token expires after a TTL)
         raise LeaseError(f"the lease on {self.url} kept changing while we tried to take it")
@@ -421,37 +467,29 @@ class Lease:
             return None
         return other or mine  # lost a fallback race: whoever is there now holds it
 
-    def _take_over(self, stale: Holder, seen: bytes | None) -> bool:
-        """Replace the stale lease by ours, if no other candidate does it first."""
-        token = f"{LEASE_TAKEOVER_PREFIX}{stale.run_id}.json"
-        if not self._create(token, self._fresh_holder().to_bytes()):
-            # A token older than a TTL is a candidate that died mid-take-over: without this
-            # the stale lease could never be taken over. Removing it races only with another
-            # such cleanup, and :meth:`check` catches the rare double holder that may follow.
-            if _age_s(self.loc, token, time.time()) <= self.ttl_s:
-                return False
-            _delete(self.loc, token)
-            if not self._create(token, self._fresh_holder().to_bytes()):
-                return False
-        try:
-            _, now_there = self.current()
-            if now_there != seen:  # another candidate took it over and removed its token
-                return False
+    def _take_over(self, found: Found) -> bool:
+        """Replace the stale or invalid lease ``found`` by ours, if no other candidate does it
+        first."""
+        def replace() -> None:
+            self.cleared = _clear(self.loc, found) if found.folder else ""
             self.holder = self._fresh_holder()
             write_atomic(self.loc, LEASE, self.holder.to_bytes())
-            return True
-        finally:
-            _delete(self.loc, token)
+
+        return _with_token(self.loc, _blocker_id(found), found, self.ttl_s, self._create,
+                           self._fresh_holder().to_bytes(), replace)
 
     def acquire(self, wait: bool = False, poll_s: float = 5.0,
-                on_wait: Callable[[Holder], None] | None = None, hint: str = "",
-                answer_s: float | None = None) -> None:
+                on_wait: Callable[[Holder | InvalidLease], None] | None = None,
+                hint: str = "", answer_s: float | None = None) -> None:
         """Take the lease; when held, raise :class:`LeaseHeldError` at once, or with ``wait``
         call ``on_wait(holder)`` and poll every ``poll_s`` until it is free or stale.
 
         ``answer_s``: each attempt must finish within that many seconds, else
         :class:`StoreSilentError`; a store that accepts connections but never answers (a
         hung server) would otherwise hold the caller for as long as its client retries."""
+        poll_s = positive_seconds("the lease poll interval", poll_s)
+        if answer_s is not None:
+            answer_s = positive_seconds("the lease answer time", answer_s)
         while True:
             other = (self.try_acquire() if answer_s is None else
                      call_within(answer_s, self.try_acquire, f"the lease on {self.url}",
@@ -464,11 +502,16 @@ class Lease:
                 on_wait(other)
             time.sleep(poll_s)
 
-    def _let_go_if_taken(self, other: Holder | None) -> None:
+    def _let_go_if_taken(self, other: Holder | InvalidLease | None) -> None:
         """An attempt given up on (the store was silent) took the lease after all: release it
         rather than leave it to block every other writer until it expires."""
         if other is None:
             self.release()
+
+    def _lost_to(self, other: Holder | None, data: bytes | None) -> str:
+        return ("taken over by " + other.describe() if other else
+                "removed from the store" if data is None else
+                "overwritten by something that is not a lease")
 
     def renew(self) -> None:
         """Extend our expiry; marks the lease lost when another holder is there or our expiry
@@ -477,14 +520,12 @@ class Lease:
             if self.lost:
                 return
             if time.time() >= self.holder.expires:
-                self.lost = (f"not renewed before it expired at {_when(self.holder.expires)} "
+                self.lost = (f"not renewed before it expired at {when(self.holder.expires)} "
                              "(the store did not answer in time)")
                 return
             other, data = self.current()
             if other is None or other.run_id != self.run_id:
-                self.lost = ("taken over by " + other.describe() if other else
-                             "removed from the store" if data is None else
-                             "overwritten by something that is not a lease")
+                self.lost = self._lost_to(other, data)
                 return
             fresh = self._fresh_holder()
             write_atomic(self.loc, LEASE, fresh.to_bytes())
@@ -500,9 +541,7 @@ class Lease:
         if not self.lost:
             other, data = self.current()
             if other is None or other.run_id != self.run_id:
-                self.lost = ("taken over by " + other.describe() if other else
-                             "removed from the store" if data is None else
-                             "overwritten by something that is not a lease")
+                self.lost = self._lost_to(other, data)
         if self.lost:
             raise LeaseLostError(f"lost the writer lease on {self.url} ({self.lost}); another "
                                  "run may be writing it, so this one stops before its commit")
@@ -596,6 +635,15 @@ WAIT_POLL_S, WAIT_SAY_S = 5.0, 30.0
 ANSWER_S = 15.0
 
 
+def waiting_line(url: str, holder: Holder | InvalidLease) -> str:
+    """What a writer that waits for the lease on ``url`` says, naming ``storage unlock``."""
+    if isinstance(holder, InvalidLease):
+        return (f"waiting for the writer lease on {url}: it is {holder.describe()}; to remove "
+                f"it now: {unlock_command(url)}")
+    return (f"waiting for the writer lease on {url}, held by {holder.describe()}; if that "
+            f"writer is gone: {unlock_command(url)}")
+
+
 def take(loc: Location, what: str, ttl_s: float = DEFAULT_TTL_S, wait: bool = False,
          log: TextIO | None = None, run_id: str | None = None,
          answer_s: float = ANSWER_S) -> Lease:
@@ -607,17 +655,19 @@ def take(loc: Location, what: str, ttl_s: float = DEFAULT_TTL_S, wait: bool = Fa
     lease = Lease(loc, ttl_s=ttl_s, run_id=run_id)
     said: list[tuple[str, float]] = []
 
-    def waiting(holder: Holder) -> None:
+    def waiting(holder: Holder | InvalidLease) -> None:
         if not said or said[-1][0] != holder.run_id or time.monotonic() - said[-1][1] > WAIT_SAY_S:
             said.append((holder.run_id, time.monotonic()))
-            print(f"shardflow: waiting for the writer lease on {lease.url}, held by "
-                  f"{holder.describe()}", file=log, flush=True)
+            print(f"shardflow: {waiting_line(lease.url, holder)}", file=log, flush=True)
 
     lease.acquire(wait=wait, poll_s=min(WAIT_POLL_S, ttl_s / 3), on_wait=waiting,
                   hint=f"a {what} takes the lease on every replica; run again with --wait to "
                        "wait for it (a writer that died leaves a lease that is taken over once "
                        "it expires)", answer_s=answer_s)
-    if lease.took_over is not None:
+    if isinstance(lease.took_over, InvalidLease):
+        print(f"shardflow: took over {lease.took_over.describe()}"
+              f"{'; ' + lease.cleared if lease.cleared else ''}", file=log)
+    elif lease.took_over is not None:
         print(f"shardflow: took over the stale writer lease of {lease.took_over.describe()}",
               file=log)
     lease.start_renewing()
@@ -635,10 +685,12 @@ def hold(loc: Location, name: str, what: str, ttl_s: float = DEFAULT_TTL_S, wait
     every replica through :func:`storage.io.replica_leases.hold_replicas`, which calls this
     for the primary.
     """
+    ttl_s = positive_seconds("the lease TTL", ttl_s)  # a bad number is the caller's error
+    answer_s = positive_seconds("the lease answer time", answer_s)
     try:
         return take(loc, what, ttl_s, wait, log, run_id, answer_s)
-    except LeaseHeldError:
-        raise
+    except (LeaseHeldError, BrokenLeaseError):
+        raise  # the lease's doing, not the store's
     except Exception as exc:
         state = ("is unreachable" if classify(exc) in (TRANSIENT, TIMEOUT)
                  or isinstance(exc, StoreSilentError)

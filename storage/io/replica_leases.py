@@ -41,14 +41,17 @@ from typing import TYPE_CHECKING, TextIO
 from storage.io.lease import (
     ANSWER_S,
     DEFAULT_TTL_S,
+    BrokenLeaseError,
     Lease,
     LeaseHeldError,
     LeaseLostError,
     call_within,
     hold,
     take,
+    unlock_command,
 )
-from storage.io.urls import Location
+from storage.io.lease_record import Holder, positive_seconds
+from storage.io.urls import Location, display_url
 
 if TYPE_CHECKING:
     from storage.io.replicas import ReplicaSet
@@ -78,6 +81,9 @@ class ReplicaLeases:
                  answer_s: float = ANSWER_S) -> None:
         self.primary, self.secondaries, self.answer_s = primary, secondaries, answer_s
         self._stop = threading.Event()
+        #: a lease taken in the background is kept or released under it, never missed by
+        #: a release() that runs at the same time
+        self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         if any(s.lease is None for s in secondaries):
             self._thread = threading.Thread(target=self._catch_up_loop, daemon=True,
@@ -103,13 +109,18 @@ class ReplicaLeases:
                 expired.release()
             lease = Lease(s.loc, ttl_s=self.primary.ttl_s, run_id=self.run_id)
             other = lease.try_acquire()
-            if other is not None:
+            if isinstance(other, Holder):
                 s.rival = other.describe()
-            elif self._stop.is_set():
-                lease.release()  # came back after the writer let go
+            elif other is not None:
+                pass  # an invalid lease, not stale yet: the next pass tries again
             else:
-                lease.start_renewing()
-                s.lease = lease
+                with self._lock:  # one decision against release(): kept and released, or
+                    kept = not self._stop.is_set()  # let go of here, never neither
+                    if kept:
+                        lease.start_renewing()
+                        s.lease = lease
+                if not kept:
+                    lease.release()  # came back after the writer let go
         except Exception:  # still refusing: the next pass tries again
             pass
         finally:
@@ -148,9 +159,10 @@ class ReplicaLeases:
         if s.lease is None:
             return ""
         with contextlib.suppress(Exception):
-            other, data = call_within(self.answer_s, s.lease.current, s.name)
-            if data is not None and (other is None or other.run_id != self.run_id):
-                return other.describe() if other else "a lease that cannot be read"
+            found = call_within(self.answer_s, s.lease.look, s.name)
+            if not found.absent and (found.holder is None or found.holder.run_id != self.run_id):
+                return (found.holder.describe() if found.holder else
+                        f"an invalid lease ({found.invalid})")
         return ""
 
     def check(self) -> None:
@@ -163,14 +175,16 @@ class ReplicaLeases:
             if s.rival:
                 raise LeaseLostError(
                     f"the writer lease on {s.name} is held by another writer ({s.rival}); "
-                    "it may be writing that replica, so this run stops before its commit")
+                    "it may be writing that replica, so this run stops before its commit; if "
+                    f"that writer is gone: {unlock_command(display_url(s.loc.url))}")
 
     def release(self) -> None:
         """Release every lease held, the other replicas' side by side and within
         ``answer_s`` (best effort: a lease left behind expires)."""
-        self._stop.set()
-        releasing = [threading.Thread(target=s.lease.release, daemon=True)
-                     for s in self.secondaries if s.lease is not None]
+        with self._lock:
+            self._stop.set()
+            releasing = [threading.Thread(target=s.lease.release, daemon=True)
+                         for s in self.secondaries if s.lease is not None]
         for thread in releasing:
             thread.start()
         self.primary.release()
@@ -197,6 +211,8 @@ def hold_replicas(store: ReplicaSet, what: str, ttl_s: float = DEFAULT_TTL_S,
     so far are released then.
     """
     log = log or sys.stderr
+    ttl_s = positive_seconds("the lease TTL", ttl_s)  # before any replica is touched
+    answer_s = positive_seconds("the lease answer time", answer_s)
     run_id = uuid.uuid4().hex[:16]  # one run id on every replica
     order = sorted(range(len(store.replicas)), key=lambda i: _order_key(store.replicas[i].loc))
     if not wait:  # nobody blocks on us: the primary first, so one that is down touches nothing
@@ -228,7 +244,7 @@ def _take_secondary(s: _Secondary, run_id: str, what: str, ttl_s: float, wait: b
     that refuses or does not answer is left to the background catch-up."""
     try:
         s.lease = take(s.loc, what, ttl_s, wait, log, run_id, answer_s)
-    except LeaseHeldError:
+    except (LeaseHeldError, BrokenLeaseError):
         raise
     except Exception as exc:
         detail = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
