@@ -1,6 +1,7 @@
 """``python -m storage``: ``verify`` scrubs every replica, ``repair`` fixes what verify finds,
 ``inspect`` lists a dataset's versions, ``gc`` removes old ones, ``upgrade`` gives a v1 dataset
-its binary row-group index."""
+its binary row-group index, ``unlock`` shows the writer lease and breaks one no live writer
+holds."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from cyclopts import Parameter
 
 from storage.admin.gc import DEFAULT_MIN_AGE_S, GcError, collect
 from storage.admin.scrub import repair, verify
+from storage.admin.unlock import unlock
 from storage.admin.upgrade import UpgradeError, upgrade
 from storage.admin.versions import history, render_history
 from storage.config import ConfigFlag, ReplicaFlags, make_app, parse
@@ -22,7 +24,8 @@ from storage.io.retry import is_store_error
 
 app = make_app(
     "python -m storage", component="storage",
-    help="Check, repair, list, garbage-collect and upgrade replicated Shardflow datasets.")
+    help="Check, repair, list, garbage-collect, upgrade and unlock replicated Shardflow "
+         "datasets.")
 
 #: the dataset's first replica (positional, optional: --replica-config may name them all)
 Url = Annotated[str | None, Parameter(name="URL", help="the dataset (first replica)")]
@@ -144,6 +147,32 @@ def upgrade_(url: Url = None, /, *, where: ReplicaFlags = ReplicaFlags(),  # noq
         return 0
 
     return _writing("upgrade", where.store(url), wait, run)
+
+
+@app.command(name="unlock")
+def unlock_(url: Url = None, /, *,
+            force: Annotated[bool, Switch, Parameter(help=(
+                "also break a lease whose holder cannot be confirmed dead (a fresh lease of a "
+                "writer on another host, or one whose process still runs here), with a "
+                "warning: if that writer still runs, it stops at its commit check"))] = False,
+            dry_run: Annotated[bool, Switch, Parameter(help=(
+                "show each replica's lease and what would be done; break nothing"))] = False,
+            where: ReplicaFlags = ReplicaFlags(),  # noqa: B008
+            config: Config = None) -> int:
+    """Show each replica's writer lease; break it when no live writer holds it.
+
+    Show the writer lease (_lease.json) of every replica: its holder's host, pid and run id,
+    since when and until when, or why it is invalid. Break it where no live writer can hold
+    it: an invalid lease (damaged, crafted, a folder in its place), an expired one, or one
+    whose holder ran on this host and is gone. A fresh lease of a writer on another host is
+    left alone unless --force. Exit 0 when no lease is left in the way, 1 when one was left
+    alone (or changed meanwhile), 2 when a replica could not be read.
+    """
+    report = unlock(where.store(url), force=force, dry_run=dry_run)
+    print(report.render())
+    for line in report.warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    return report.exit_code
 
 
 def _writing(command: str, store: ReplicaSet, wait: bool, run: Any) -> int:
