@@ -27,6 +27,7 @@ from pipeline.shards import DEFAULT_CODEC, check_codec
 from pipeline.web import WebConfig, parse_filter_options, parse_filters
 from storage import ReplicaSet, display_url
 from storage.energy import WATTS_PER_CORE
+from storage.io.lease_record import positive_seconds
 
 DEFAULT_OUTPUT = "data/shakespeare"
 
@@ -194,8 +195,7 @@ class PipelineConfig:
                              "max_record_bytes positive")
         if self.files_per_partition < 1:
             raise ValueError("files_per_partition must be at least 1 (1: no packing)")
-        if self.lease_ttl <= 0:
-            raise ValueError("lease_ttl must be positive")
+        positive_seconds("--lease-ttl", self.lease_ttl)  # finite: NaN would never expire
         if self.tokenizer_threads < 1:
             raise ValueError("tokenizer_threads must be at least 1")
         rows = self.minhash_rows or self.minhash_perms // max(1, self.minhash_bands)
