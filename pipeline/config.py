@@ -25,6 +25,7 @@ from pipeline.plan import PACK_MAX_FILES
 from pipeline.readers import DEFAULT_MAX_RECORD_BYTES, ReadOptions
 from pipeline.shards import DEFAULT_CODEC, check_codec
 from pipeline.web import WebConfig, parse_filter_options, parse_filters
+from pipeline.web.langid import check_languages
 from storage import ReplicaSet, display_url
 from storage.energy import WATTS_PER_CORE
 from storage.io.lease_record import positive_seconds
@@ -274,8 +275,8 @@ class PipelineConfig:
         """The web steps this run applies (None: none; the pipeline is as it always was)."""
         filters = parse_filters(self.filters)
         options = parse_filter_options(self.filter_options)
-        languages = tuple(sorted({c.strip().lower() for c in (self.languages or "").split(",")
-                                  if c.strip()}))
+        languages = check_languages(tuple(sorted(
+            {c.strip().lower() for c in (self.languages or "").split(",") if c.strip()})))
         if not (self.web_inputs or languages or filters or self.url_blocklist
                 or self.pii == "mask"):
             return None
