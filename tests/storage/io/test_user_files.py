@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import io
 import os
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from storage.io.user_files import (
     read_regular,
     read_text,
 )
+from tests._within import within
 
 
 @pytest.fixture
@@ -29,27 +28,8 @@ def fifo(tmp_path: Path) -> str:
     return path
 
 
-def _within(seconds: float, call, *args):  # noqa: ANN001, ANN202 - a test's helper
-    """``call(*args)`` in a thread; fails when it has not returned in ``seconds`` (a FIFO
-    open blocks forever, which would hang the test instead of failing it)."""
-    out: list[object] = []
-
-    def go() -> None:
-        try:
-            out.append(call(*args))
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            out.append(exc)
-
-    t = threading.Thread(target=go, daemon=True)
-    start = time.monotonic()
-    t.start()
-    t.join(seconds)
-    assert not t.is_alive(), f"{call.__name__} still blocked after {seconds} s"
-    return out[0], time.monotonic() - start
-
-
 def test_a_fifo_is_refused_without_waiting_for_a_writer(fifo: str) -> None:
-    got, took = _within(5, read_regular, fifo, "--config", 1 << 20)
+    got, took = within(5, read_regular, fifo, "--config", 1 << 20)
     assert isinstance(got, UserFileError), got
     assert str(got) == f"--config {fifo}: is a FIFO (named pipe), not a regular file"
     assert took < 1
@@ -87,7 +67,7 @@ def test_a_symlink_to_a_regular_file_is_that_file_and_to_a_fifo_is_refused(
     (tmp_path / "link.json").symlink_to(target)
     assert read_text(str(tmp_path / "link.json"), "--config", 10) == "{}"
     (tmp_path / "pipe.json").symlink_to(fifo)
-    got, _ = _within(5, open_regular, str(tmp_path / "pipe.json"), "--config")
+    got, _ = within(5, open_regular, str(tmp_path / "pipe.json"), "--config")
     assert isinstance(got, UserFileError) and "FIFO" in str(got)
 
 
