@@ -23,11 +23,17 @@ Two ways to run, same batches in the same order:
 ``state_dict()`` is the :class:`loaders.plan.Progress` value plus the plan's identity (a
 handful of integers); ``load_state_dict()`` continues the exact sequence, also on another
 ``num_workers``, world size or per-rank batch size (at a global batch boundary).
+
+Epochs and ranks (:mod:`loaders.position`): iterating again after a whole epoch reads the
+next one (``set_epoch`` chooses another), and a loader not given ``rank``/``world_size``
+takes them from the process group at its first iteration, so it may be built before the
+group exists (a Lightning script's top level, before accelerate's ``Accelerator()``).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
 import time
@@ -40,15 +46,18 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from loaders import plan
 from loaders.batches import BatchFormat, batches, batches_from_chunks, window_chunks
-from loaders.dataset import dist_rank_world, make_layout, open_source
+from loaders.dataset import open_source
 from loaders.plan import Layout, Progress
+from loaders.position import Position
 from loaders.settings import LoaderSettings
-from loaders.source import Source, rank_stream, resume_on_saved_plan
-from loaders.state import STATE_VERSION, LoaderStateError, make_state
+from loaders.source import Source, rank_stream
+from loaders.state import STATE_VERSION, LoaderStateError
+from loaders.world import LayoutSpec, WorldNotReadyError
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["STATE_VERSION", "LoaderStateError", "ShardflowLoader", "build_dataloader"]
+__all__ = ["STATE_VERSION", "LoaderStateError", "ShardflowLoader", "WorldNotReadyError",
+           "build_dataloader"]
 
 #: A stream of batches: a generator, so closing it stops the read-ahead behind it.
 Batches = Generator[dict[str, torch.Tensor], None, None]
@@ -89,66 +98,83 @@ class _WorkerParts(IterableDataset):
 
 
 class ShardflowLoader:
-    """Iterates the batches of one epoch for this rank; ``set_epoch`` moves to the next.
+    """Iterates the batches of one epoch for this rank; iterating again reads the next one.
+
+    Where it stands is a :class:`loaders.position.Position`: the layout, taken from the
+    process group at the first iteration when the loader was not given ``rank`` and
+    ``world_size`` (so it may be built before the group exists), and the progress, which
+    moves to the next epoch when a whole one was read (``set_epoch`` chooses another).
 
     A ``torch.distributed.checkpoint`` *Stateful* by shape (``state_dict`` and
     ``load_state_dict``): DCP's ``Stateful`` is a runtime-checkable protocol, so matching it
     needs no import of DCP, which would cost every data loop ~0.7 s of start-up.
     """
 
-    def __init__(self, source: Source, layout: Layout, *, num_workers: int = 0,
+    def __init__(self, source: Source, layout: Layout | LayoutSpec, *, num_workers: int = 0,
                  pin_memory: bool = False, prefetch_factor: int = 4,
                  batch_thread: bool = False, return_sample_id: bool = False,
                  return_position_ids: bool = False) -> None:
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
-        self.source = source
-        self.layout = layout
+        spec = layout if isinstance(layout, LayoutSpec) else LayoutSpec.of(layout)
         self.format = BatchFormat(source.seq_len, source.eos_id, return_sample_id,
                                   return_position_ids)
         if return_position_ids and source.eos_id is None:
             raise ValueError("position_ids need the tokenizer's EOS id; the manifest has none")
-        #: worker processes actually started: one per lane at most
-        self.num_workers = min(num_workers, layout.lanes_per_rank)
+        self._pos = Position(source, spec)
+        self._workers_asked = num_workers
         self.pin_memory = pin_memory
         self.prefetch_factor = max(1, prefetch_factor)
         self.batch_thread = batch_thread
-        self._lane_len = source.lane_length(layout.lanes)
-        self._handed = 0  # samples handed out by this loader, ever (see ``progress``)
-        self.progress = Progress()
         self._batches_total = 0
         self._wait_s = 0.0
         self._started = time.perf_counter()
-        advice = getattr(source, "readahead_advice", None)
-        if advice is not None:  # once per loader, not per epoch
-            per_reader = -(-layout.lanes_per_rank // max(1, self.num_workers))
-            message = advice(per_reader, layout.lanes)
-            if message:
-                _log.warning(message)
+        self._advised: tuple[int, int] | None = None
+        with contextlib.suppress(WorldNotReadyError):  # else at the first iteration
+            self._advise(self._pos.layout())
+
+    def _advise(self, layout: Layout) -> None:
+        """Warn, once per layout, when the read-ahead cannot hold a run per lane."""
+        advice = getattr(self.source, "readahead_advice", None)
+        key = (layout.lanes_per_rank, layout.lanes)
+        if advice is None or key == self._advised:
+            return
+        self._advised = key
+        per_reader = -(-layout.lanes_per_rank // max(1, self._workers(layout)))
+        message = advice(per_reader, layout.lanes)
+        if message:
+            _log.warning(message)
+
+    def _workers(self, layout: Layout) -> int:
+        return min(self._workers_asked, layout.lanes_per_rank)
+
+    @property
+    def source(self) -> Source:
+        return self._pos.source
+
+    @property
+    def layout(self) -> Layout:
+        """This rank's layout (taken from the process group now if not yet)."""
+        return self._pos.layout()
+
+    @property
+    def num_workers(self) -> int:
+        """Worker processes an iteration starts: one per lane of this rank at most."""
+        current = self._pos.current
+        return self._workers(current) if current is not None else self._workers_asked
 
     @property
     def progress(self) -> Progress:
-        """Where this rank's epoch stands, batches handed out so far included.
-
-        Batches are counted as they go (``_handed`` samples, written only by the iterating
-        thread) and folded into the :class:`~loaders.plan.Progress` value when it is read
-        (``state_dict``, ``remaining``, a new epoch): ``plan.advance`` per batch was ~8 us of
-        the main thread's ~45 us per batch, and consuming ``a`` then ``b`` samples is
-        consuming ``a + b`` (``tests/loaders/test_plan.py``), so one fold is the same value."""
-        handed = self._handed
-        if handed != self._folded:
-            self._progress = plan.advance(self._progress, self.layout, self._lane_len,
-                                          handed - self._folded)
-            self._folded = handed
-        return self._progress
+        """Where this rank's epoch stands, batches handed out so far included."""
+        return self._pos.progress
 
     @progress.setter
     def progress(self, value: Progress) -> None:
-        self._progress, self._folded = value, self._handed
+        self._pos.progress = value
 
     @property
     def batch_size(self) -> int:
-        return self.layout.batch
+        return self._pos.spec.batch_size
 
     @property
     def dataset(self) -> Source:
@@ -162,69 +188,68 @@ class ShardflowLoader:
         return self.progress.epoch
 
     def set_epoch(self, epoch: int) -> None:
-        self.progress = self.progress.at_epoch(epoch)
+        """The next iteration reads ``epoch`` (call on every rank): from its start, except
+        the epoch read in part now, which continues (a finished one starts again)."""
+        self._pos.set_epoch(epoch)
 
     def __len__(self) -> int:
         """Batches in a whole epoch on this rank; equal on every rank."""
-        return plan.rank_batches(self._lane_len, self.layout, Progress(self.epoch))
+        return self._pos.epoch_batches()
 
     def remaining(self) -> int:
         """Batches still to come in the current epoch on this rank."""
-        return plan.rank_batches(self._lane_len, self.layout, self.progress)
+        return self._pos.remaining()
 
     # -- state (torch.distributed.checkpoint Stateful) ---------------------------------
 
     def plan_identity(self) -> dict[str, Any]:
-        return {**self.source.plan_identity(self.layout.lanes), "lanes": self.layout.lanes}
+        return self._pos.plan_identity(self.layout)
 
     def state_dict(self) -> dict[str, Any]:
         """Where this loader is: small, JSON-serialisable, the same on every rank."""
-        return make_state(self.progress, self.plan_identity())
+        return self._pos.state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue where ``state_dict`` was taken: on its plan where this loader's settings
         left a choice open (``run_blocks`` unset takes the state's, so a job started before
-        the default changed resumes its own order); any other difference is refused."""
-        source, progress = resume_on_saved_plan(self.source, state_dict, self.layout.lanes)
-        here = (self.layout.world_size, self.layout.batch)
-        if progress.into_step and progress.mid_step_layout != here:
-            raise LoaderStateError(
-                f"the state is {progress.into_step} samples into a global batch under (world "
-                f"size, batch size) {progress.mid_step_layout}, not {here}: resume on another "
-                "layout from a state taken at a global batch boundary")
-        self.source, self.progress = source, progress
+        the default changed resumes its own order); any other difference is refused. Loaded
+        before the process group exists (``WORLD_SIZE`` > 1), it is checked once it does."""
+        self._pos.load_state_dict(state_dict)
 
     # -- iteration ---------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        if self.progress.lane_pos and self.remaining() == 0:
-            self.progress = Progress(self.epoch)  # a finished epoch again starts it over
-        if self.num_workers == 0:
-            build = self._in_process()
+        layout, progress = self._pos.start_pass()
+        self._advise(layout)
+        workers = self._workers(layout)
+        if workers == 0:
+            build = self._in_process(layout, progress)
             if self.batch_thread:
                 build = self._threaded(build)
             return self._count(build)
-        parts = _WorkerParts(self.source, self.layout, self.progress, self.format,
-                             self.num_workers)
-        loader = DataLoader(parts, batch_size=None, num_workers=self.num_workers,
+        parts = _WorkerParts(self.source, layout, progress, self.format, workers)
+        loader = DataLoader(parts, batch_size=None, num_workers=workers,
                             prefetch_factor=self.prefetch_factor, persistent_workers=False)
-        return self._count(self._assemble(iter(loader), self.remaining()))
+        return self._count(self._assemble(iter(loader), workers,
+                                          plan.rank_batches(self._pos.lane_len, layout,
+                                                            progress)))
 
-    def _pieces(self) -> Iterator[tuple[np.ndarray, list[int]]]:
+    def _pieces(self, layout: Layout, progress: Progress
+                ) -> Iterator[tuple[np.ndarray, list[int]]]:
         """``(samples, batch sizes)``: the rest of this rank's epoch, whole batches a piece."""
-        stream = rank_stream(self.source, self.layout, self.progress)
-        return plan.batch_pieces(stream.chunks(), self.layout.batch, STREAM_SAMPLES)
+        stream = rank_stream(self.source, layout, progress)
+        return plan.batch_pieces(stream.chunks(), layout.batch, STREAM_SAMPLES)
 
-    def _in_process(self) -> Batches:
-        for samples, sizes in self._pieces():
+    def _in_process(self, layout: Layout, progress: Progress) -> Batches:
+        for samples, sizes in self._pieces(layout, progress):
             yield from batches(self.format, samples, self.source.windows(samples), sizes)
 
-    def _assemble(self, chunks: Iterator[dict[str, torch.Tensor]], n_batches: int
-                  ) -> Batches:
+    def _assemble(self, chunks: Iterator[dict[str, torch.Tensor]], workers: int,
+                  n_batches: int) -> Batches:
         """Batches from the workers' chunks: the DataLoader hands them round-robin."""
         for _ in range(-(-n_batches // CHUNK_BATCHES)):
             yield from batches_from_chunks(self.format,
-                                           [next(chunks) for _ in range(self.num_workers)])
+                                           [next(chunks) for _ in range(workers)])
 
     def _count(self, source: Batches) -> Batches:
         try:
@@ -237,7 +262,7 @@ class ShardflowLoader:
                 self._wait_s += time.perf_counter() - t0
                 if self.pin_memory:
                     batch = {k: v.pin_memory() for k, v in batch.items()}
-                self._handed += batch["input_ids"].shape[0]  # folded when read: progress
+                self._pos.handed += batch["input_ids"].shape[0]  # folded when read
                 self._batches_total += 1
                 yield batch
         finally:
@@ -319,6 +344,10 @@ def build_dataloader(url: str | Source, batch_size: int, seq_len: int | None = N
     """A loader of ``{"input_ids": [B, L], "labels": [B, L]}`` batches for this rank.
 
     ``url`` is a dataset URL or a ready :class:`loaders.source.Source` (e.g. a mixture).
+    ``rank``/``world_size`` left out: torch.distributed's, taken at the first iteration (or
+    ``len()``/a state if asked first), so the process group may be made after the loader;
+    while none exists, a job whose ``WORLD_SIZE`` is above 1 is refused
+    (:class:`loaders.world.WorldNotReadyError`) rather than read as rank 0 of 1.
     ``global_batch_size`` (default ``batch_size x world_size``) and ``lanes`` (default: the
     global batch size) fix the plan; world size, ``batch_size`` and ``num_workers`` may
     change at a resume as long as they divide it. ``setting_kwargs`` are
@@ -328,12 +357,8 @@ def build_dataloader(url: str | Source, batch_size: int, seq_len: int | None = N
     builds up to ``prefetch_factor`` batches ahead on a background thread while the caller is
     busy.
     """
-    if (rank is None) != (world_size is None):
-        raise ValueError("give both rank and world_size, or neither")
+    layout = LayoutSpec(batch_size, global_batch_size, lanes, rank, world_size)
     settings = LoaderSettings.given(settings, seq_len, setting_kwargs)
-    if rank is None or world_size is None:
-        rank, world_size = dist_rank_world()
-    layout = make_layout(batch_size, rank, world_size, global_batch_size, lanes)
     store = {k: v for k, v in (("storage_options", storage_options), ("replicas", replicas),
                                ("replica_options", replica_options), ("manifest", manifest))
              if v is not None}

@@ -8,6 +8,7 @@ their own row groups. This class serves the generic path: ``torch.utils.data.Dat
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,34 +25,23 @@ from loaders.state import (
     LoaderStateError,
     make_state,
 )
+from loaders.world import (  # noqa: F401  (dist_rank_world, make_layout: imported from here)
+    LayoutSpec,
+    WorldNotReadyError,
+    dist_rank_world,
+    make_layout,
+    rank_world,
+)
+
+#: DataLoader workers whose whole passes a TokenDataset counts (one shared slot per worker id;
+#: more workers than this read their epochs as told by ``set_epoch`` only)
+PASS_SLOTS = 256
 
 
 def _worker() -> tuple[int, int]:
     """This DataLoader worker's id and the number of workers ((0, 1) in the main process)."""
     info = get_worker_info()
     return (info.id, info.num_workers) if info else (0, 1)
-
-
-def dist_rank_world() -> tuple[int, int]:
-    """This process's (rank, world size) in torch.distributed, (0, 1) without a process group:
-    the one lookup the loader and the trainer's checkpoints share."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
-
-
-def make_layout(batch_size: int, rank: int, world_size: int, global_batch_size: int | None,
-                lanes: int | None) -> Layout:
-    """The plan's lanes and this rank's place: ``global_batch_size`` defaults to
-    ``batch_size x world_size`` (no accumulation), ``lanes`` to the global batch size."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    total = global_batch_size or batch_size * world_size
-    lanes = lanes or total
-    if total % lanes:
-        raise ValueError(f"the global batch ({total}) is not a multiple of the plan's "
-                         f"{lanes} lanes")
-    return Layout(lanes, total // lanes, world_size, rank, batch_size)
 
 
 def open_source(url: str | Source, settings: LoaderSettings, **store: Any) -> Source:
@@ -72,7 +62,16 @@ class TokenDataset(IterableDataset):
     DataLoader workers take whole batches of ``batch_size`` round-robin, so the order does
     not depend on their number (each worker decodes what its batches need).
 
-    Keywords: ``rank``/``world_size`` (default: torch.distributed's), ``storage_options``,
+    Epochs: iterating again after a whole pass reads the next epoch, unless ``set_epoch``
+    chose one since (the finished epoch again, or another). Under a DataLoader with
+    workers each pass is read by copies of this dataset; they record the epoch each worker
+    read whole in memory shared with the copy they came from, so a new pass's workers, even
+    fresh ones, move on too.
+
+    Keywords: ``rank``/``world_size`` (default: torch.distributed's, asked when needed: the
+    group may be made after the dataset; with no group and ``WORLD_SIZE`` > 1 it refuses,
+    :class:`loaders.world.WorldNotReadyError`; a DataLoader worker started by ``spawn``
+    takes its parent's), ``storage_options``,
     ``replicas``, ``replica_options``, ``manifest``, and the settings of
     :class:`loaders.settings.LoaderSettings` (``seed``, ``shuffle``, ``window_blocks``,
     ``run_blocks``, ``lookahead_groups``, ``read_threads``, ``cache_dir``, ``cache_bytes``,
@@ -93,8 +92,8 @@ class TokenDataset(IterableDataset):
                  replica_options: list[dict[str, Any] | None] | None = None,
                  manifest: Any = None, **setting_kwargs: Any) -> None:
         super().__init__()
-        if (rank is None) != (world_size is None):
-            raise ValueError("give both rank and world_size, or neither")
+        # checks the batch sizes now (and the layout, when rank/world are given)
+        self._spec = LayoutSpec(batch_size, global_batch_size, lanes, rank, world_size)
         settings = LoaderSettings.given(settings, seq_len, setting_kwargs)
         self.settings = settings
         store = {k: v for k, v in (("storage_options", storage_options), ("replicas", replicas),
@@ -104,30 +103,47 @@ class TokenDataset(IterableDataset):
         self.seq_len = settings.seq_len
         self.batch_size = batch_size
         self._rank, self._world_size = rank, world_size
-        self._global_batch, self._lanes = global_batch_size, lanes
-        self.layout  # noqa: B018  (checks the layout now, when rank/world are given)
         self.progress = Progress()
+        #: the epoch each DataLoader worker (by id; 0 in the main process) last read whole,
+        #: shared with the copies workers make (-1: none since the last ``set_epoch``)
+        self._passes = torch.full((PASS_SLOTS,), -1, dtype=torch.int64).share_memory_()
         self.format = BatchFormat(self.seq_len, self.source.eos_id, settings.return_sample_id,
                                   settings.return_position_ids)
         # Stateful progress of the current iteration (this process's worker only):
         self._started: Progress | None = None
         self._yielded = 0
-        self._resume_skip = 0  # samples to skip at the next __iter__, set by load_state_dict
+        self._whole = False  # this copy read its whole part of ``_started``'s epoch
+        #: samples to skip at the next __iter__, set by load_state_dict (None: no resume)
+        self._resume_skip: int | None = None
 
     # -- where this rank stands --------------------------------------------------------------
 
+    def _rank_world(self) -> tuple[int, int]:
+        if self._rank is not None and self._world_size is not None:
+            return self._rank, self._world_size
+        return rank_world("this TokenDataset")
+
     @property
     def rank(self) -> int:
-        return self._rank if self._rank is not None else dist_rank_world()[0]
+        return self._rank_world()[0]
 
     @property
     def world_size(self) -> int:
-        return self._world_size if self._world_size is not None else dist_rank_world()[1]
+        return self._rank_world()[1]
 
     @property
     def layout(self) -> Layout:
-        return make_layout(self.batch_size, self.rank, self.world_size, self._global_batch,
-                           self._lanes)
+        return self._spec.make(*self._rank_world())
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy for a DataLoader worker: with the rank and world size of this process when
+        it has a process group, which a worker started by ``spawn`` (or ``forkserver``)
+        would not find."""
+        state = self.__dict__.copy()
+        if self._rank is None:
+            with contextlib.suppress(WorldNotReadyError):  # the copy asks again, refusing
+                state["_rank"], state["_world_size"] = self._rank_world()
+        return state
 
     @property
     def n_samples(self) -> int:
@@ -138,10 +154,20 @@ class TokenDataset(IterableDataset):
         return self.progress.epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch whose order the next iteration follows (call on every rank)."""
-        if epoch != self.progress.epoch:
-            self._started, self._yielded, self._resume_skip = None, 0, 0
-        self.progress = self.progress.at_epoch(epoch)
+        """Select the epoch the next iteration reads (call on every rank): from its start,
+        except the epoch a loaded state stands in, which continues."""
+        if epoch != self.progress.epoch or self._resume_skip is None:
+            self._started, self._yielded, self._resume_skip = None, 0, None
+            self.progress = Progress(epoch)
+        self._whole = False
+        self._passes.fill_(-1)
+
+    def _pass_epoch(self, workers: int) -> int:
+        """The epoch a new pass reads: this copy's, or the one after the epoch every worker
+        of the last pass read whole (the copies of a new pass start from the same dataset,
+        so they agree)."""
+        done = int(self._passes[:min(workers, PASS_SLOTS)].min())
+        return max(self.progress.epoch, done + 1)
 
     def lane_length(self) -> int:
         return self.source.lane_length(self.layout.lanes)
@@ -190,14 +216,30 @@ class TokenDataset(IterableDataset):
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         # Not a generator function: the progress is reset (or the resume point taken) when the
         # iterator is made, which is when StatefulDataLoader reads a worker's first state.
-        skip, self._resume_skip = self._resume_skip, 0
+        worker, workers = _worker()
+        self._rank_world()  # refuses now, not at the first sample, in a job without a group
+        skip, self._resume_skip = self._resume_skip, None
+        if skip is None:
+            skip = 0
+            epoch = self._pass_epoch(workers)
+            if epoch != self.progress.epoch:
+                self.progress = Progress(epoch)
         self._started = self.progress
         self._yielded = skip
-        return self._items(self.worker_pieces(), skip)
+        self._whole = False
+        return self._items(self.worker_pieces(), skip, worker, self.progress.epoch)
 
-    def _items(self, pieces: Iterator[np.ndarray], skip: int
+    def _items(self, pieces: Iterator[np.ndarray], skip: int, worker: int, epoch: int
                ) -> Iterator[dict[str, torch.Tensor]]:
-        """One item per sample, after the first ``skip`` (already yielded before a resume)."""
+        """One item per sample, after the first ``skip`` (already yielded before a resume);
+        at the end, this worker's slot records ``epoch`` as read whole."""
+        yield from self._samples(pieces, skip)
+        self._whole = True
+        if worker < PASS_SLOTS:
+            self._passes[worker] = epoch
+
+    def _samples(self, pieces: Iterator[np.ndarray], skip: int
+                 ) -> Iterator[dict[str, torch.Tensor]]:
         for piece in pieces:
             if skip >= len(piece):
                 skip -= len(piece)
@@ -226,6 +268,8 @@ class TokenDataset(IterableDataset):
         """This worker's place in the epoch: a few integers, whatever the position."""
         state = make_state(self._started or self.progress, self.plan_identity())
         state.update(layout=self._worker_layout(), yielded=self._yielded)
+        if self._whole:
+            state["whole"] = True  # the next pass reads the next epoch
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -239,5 +283,10 @@ class TokenDataset(IterableDataset):
                 "resumes on the same rank, world size, batch_size and num_workers (the "
                 "build_dataloader loader's state resumes across them)")
         self.source, self.progress = source, progress
-        self._started, self._yielded = None, 0
-        self._resume_skip = int(state["yielded"])
+        self._started, self._yielded, self._whole = None, 0, False
+        if state.get("whole"):  # taken after a whole pass: the next pass moves on
+            if mine["worker"] < PASS_SLOTS:
+                self._passes[mine["worker"]] = progress.epoch
+            self._resume_skip = None
+        else:
+            self._resume_skip = int(state["yielded"])

@@ -83,6 +83,7 @@ def test_token_dataset_resumes_mid_piece(tiny_dataset: str, monkeypatch: pytest.
     ds = TokenDataset(tiny_dataset, SEQ, rank=0, world_size=1, batch_size=4,
                       return_sample_id=True)
     full = [int(x["sample_id"]) for x in ds]
+    ds.set_epoch(0)  # the same epoch again: iterating again would read the next
     it = iter(ds)
     head = [int(next(it)["sample_id"]) for _ in range(21)]
     state = ds.state_dict()
