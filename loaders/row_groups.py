@@ -195,7 +195,11 @@ class RowGroupIndex(ProcessLocal):
 
         if share:
             assert shared_dir is not None
-            arrays = shared_index.shared_arrays(shared_dir, f"{ref.sha256[:16]}-starts", build)
+            t = manifest.counts  # a copy of any other index's arrays fails these
+            arrays = shared_index.shared_arrays(
+                shared_dir, f"{ref.sha256[:16]}-starts", build,
+                shared_index.expect({"starts": t.row_groups + 1, "first_group": t.shards + 1},
+                                    {"starts": t.tokens, "first_group": t.row_groups}))
         else:
             arrays = build()
         return cls(None, None, encoding, None, manifest, cache, arrays)  # type: ignore[arg-type]

@@ -249,8 +249,10 @@ class DatasetSource(ProcessLocal):
             return samples_from_starts(index.starts, self.seq_len)
 
         if ref is not None and ref.bytes >= shared_index.MIN_INDEX_BYTES:
+            n = len(index)
             arrays = shared_index.shared_arrays(
-                shared, f"{ref.sha256[:16]}-samples2-{self.seq_len}", samples)
+                shared, f"{ref.sha256[:16]}-samples2-{self.seq_len}", samples,
+                shared_index.expect({"group_samples": n, "first_sample": n + 1}))
         else:
             arrays = samples()
         self.plan = GroupPlan(None, settings, arrays["group_samples"],

@@ -59,7 +59,7 @@ def test_processes_map_one_copy_and_get_the_same_plan(dataset: str, tmp_path: Pa
     index_dir = tmp_path / "index"
     a, b = _child(dataset, index_dir, 0), _child(dataset, index_dir, 0)
     c = _child(dataset, index_dir, 1)
-    files = sorted(index_dir.glob("*.bin"))
+    files = sorted(Path(shared_index.private_folder(str(index_dir))).glob("*.bin"))
     assert [f.name.split("-", 3)[3] for f in files] == [f"samples2-{SEQ}.bin", "starts.bin"]
     inodes = sorted([str(f), f.stat().st_ino] for f in files)
     assert a["mapped"] == b["mapped"] == c["mapped"] == inodes  # the same files, mapped
@@ -78,7 +78,7 @@ def test_corrupt_copy_is_detected_and_rebuilt(dataset: str, tmp_path: Path,
     monkeypatch.setenv(shared_index.ENV_DIR, str(index_dir))
     first = DatasetSource(dataset, LoaderSettings(SEQ))
     starts, group_tokens = np.array(first.index.starts), first.index.group_tokens()
-    (path,) = index_dir.glob("*-starts.bin")
+    (path,) = Path(shared_index.private_folder(str(index_dir))).glob("*-starts.bin")
     data = bytearray(path.read_bytes())
     data[-5] ^= 0xFF  # one bit flip in the payload (the last array: first_group)
     path.write_bytes(bytes(data))
