@@ -21,8 +21,10 @@ is unpickled:
 * more *work* than :data:`WORK_PER_OPCODE` per opcode: every time an object is put into another
   one (or handed to a constructor), its tree size is added, which bounds every traversal the
   unpickler can make (hashing a key, building ``torch.Size``) by a linear function of the file;
-* an estimated memory of more than :data:`MEMORY_PER_BYTE` times the file size (plus
-  :data:`MEMORY_SLACK`);
+* more memory than :data:`MEMORY_PER_BYTE` times the file size (plus :data:`MEMORY_SLACK`),
+  for the unpickler or for the walk itself: both are charged as they grow (see
+  ``_BASE_BYTES``), figures checked against ``tracemalloc`` for every shape of bomb
+  (``tests/trainer/test_pickle_memory.py``), so a refusal costs at most that too;
 * ``BUILD`` on anything but an instance of one of the ``buildable`` classes (DCP's metadata
   dataclasses), and any change to a container or instance after it was put into another
   object (which would make the sizes recorded above stale) — so also reference cycles;
@@ -50,7 +52,9 @@ from __future__ import annotations
 
 import io
 import pickletools
+import sys
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 #: Deepest nesting admitted. DCP metadata nests 12 levels (measured; ``Metadata`` -> its
 #: state dict -> ``state_dict_metadata`` -> ``TensorStorageMetadata`` -> state -> ``chunks`` ->
@@ -65,10 +69,14 @@ MAX_OPCODES = 1 << 30
 WORK_PER_OPCODE = 64
 #: Work always admitted, so tiny files are not judged by their ratio alone.
 WORK_SLACK = 1 << 20
-#: Estimated bytes of Python objects admitted per byte of pickle. Real DCP metadata unpickles
-#: to ~14x its size (tracemalloc; estimated here ~16x); an ``EMPTY_SET`` bomb to ~200x. The walk
-#: itself holds about as much as it estimates, so this bounds its own memory too.
-MEMORY_PER_BYTE = 32
+#: Bytes of memory admitted per byte of pickle, for the unpickler's objects and for the walk's
+#: own records alike (each charged as it grows; the walk's are freed before unpickling). Real
+#: DCP metadata (tracemalloc, 240 KB - 27 MB files of FSDP and single-process saves) unpickles
+#: to 11-15x its size and the walk holds 10-15x; charged 15-19x (the most with short tensor
+#: names, where objects outweigh text): 24 leaves real files a quarter to spare and bounds what
+#: a hostile file costs before it is refused (the issue's 48 MB ``MEMOIZE`` file took 2.9 GB
+#: when the walk's memo and records went uncharged; 16 MB of it now ~40 MB, refused in 2 s).
+MEMORY_PER_BYTE = 24
 #: Memory always admitted.
 MEMORY_SLACK = 64 << 20
 #: Saturation of tree sizes (Python ints are unbounded; a DAG's size is not worth computing).
@@ -83,7 +91,7 @@ class PickleBombError(ValueError):
 class _Node:
     """What the walk knows of one object on the simulated stack or in the memo."""
 
-    __slots__ = ("kind", "depth", "size", "value", "cls", "captured", "items")
+    __slots__ = ("kind", "depth", "size", "value", "cls", "captured", "items", "text")
 
     def __init__(self, kind: str, depth: int = 1, size: int = 1, value: str | None = None,
                  cls: tuple[str, str] | None = None) -> None:
@@ -94,21 +102,52 @@ class _Node:
         self.cls = cls  # a global's (module, name); an instance's class
         self.captured = False  # put into another object: may no longer change
         self.items = 0  # a container's items (what BUILD copies into ``__dict__``)
+        self.text = 0  # characters of a text, or of the texts directly in a tuple (a path's)
 
 
 _LEAVES = ("INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "FLOAT", "BINFLOAT",
            "NONE", "NEWTRUE", "NEWFALSE", "EMPTY_TUPLE")
+#: leaves the unpickler does not allocate (singletons, CPython's cached small ints)
+_SHARED_LEAVES = frozenset({"NONE", "NEWTRUE", "NEWFALSE", "EMPTY_TUPLE", "BININT1"})
+#: leaves of any size (the decoded number's ``sys.getsizeof`` is charged)
+_LONG_LEAVES = frozenset({"INT", "LONG", "LONG1", "LONG4"})
 _TEXT = ("STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "SHORT_BINUNICODE", "BINUNICODE",
          "BINUNICODE8", "BINBYTES", "SHORT_BINBYTES", "BINBYTES8", "BYTEARRAY8")
 _NEVER = ("PERSID", "BINPERSID", "EXT1", "EXT2", "EXT4", "NEXT_BUFFER", "READONLY_BUFFER")
-#: Rough CPython sizes (64-bit) of what an opcode makes, per object and per item held
-#: (``sys.getsizeof`` plus the growth slack of lists, dicts and sets).
-_BASE_BYTES = {"leaf": 32, "str": 56, "tuple": 40, "list": 56, "dict": 64, "set": 216,
+
+# What memory is charged, in two sums that only grow (nothing is refunded when an object is
+# dropped), each held under the limit: ``memory``, what the unpickler will make (CPython's
+# objects, its memo and its stack), and ``records``, what the walk itself holds (a record,
+# :class:`_Node`, for each object in its memo or on its stack: the others are dropped once put
+# into their container). The old single sum charged CPython's objects alone while the walk
+# held a memo ``dict`` (~90 bytes an entry) and a record per object on its stack, so a file the
+# walk admitted could cost 5-6x its estimate (``MEMOIZE`` x 48 MB: 2.9 GB). The figures are
+# 64-bit CPython's (``sys.getsizeof``) rounded up to what ``tracemalloc`` measures at the peak
+# of each shape of ``tests/trainer/test_pickle_memory.py``: dicts and sets at their emptiest
+# after a resize, a growing array's old and new blocks both held while it is copied.
+#: A pointer on a stack or in a list or memo: 8 bytes, up to ~24 while its array is copied.
+_SLOT_BYTES = 32
+#: The walk's record of one object in its memo or on its stack, and the pointer to it.
+_RECORD_BYTES = 96 + _SLOT_BYTES
+#: What the unpickler makes for an object of each kind (a text's size is added).
+_BASE_BYTES = {"leaf": 32, "str": 0, "tuple": 40, "list": 56, "dict": 64, "set": 216,
                "frozenset": 216, "global": 0, "instance": 56}
-_ITEM_BYTES = {"tuple": 8, "list": 9, "dict": 24, "set": 32, "frozenset": 32,
-               "instance": 24, "leaf": 0, "str": 0, "global": 0}
+#: ... and per item put into it: a list's pointer, a dict's entry (up to 60 bytes), a set's
+#: (96), an ``OrderedDict``'s (a dict's and a node: ~100), an instance's attribute (a
+#: ``__dict__`` entry, what ``BUILD`` or the class's ``__init__`` sets).
+_ITEM_BYTES = {"tuple": 8, "list": _SLOT_BYTES, "dict": 60, "set": 96, "frozenset": 96,
+               "instance": 60, "odict": 100, "leaf": 0, "str": 0, "global": 0}
+#: An ``OrderedDict`` over a plain instance.
+_ODICT_EXTRA_BYTES = 72
 #: A memo slot: CPython keeps a pointer array sized to twice the largest index.
 _MEMO_BYTES = 16
+#: Longest path (in characters) a ``pathlib`` class may be called with: Linux's ``PATH_MAX``.
+#: DCP pickles one only as a checkpoint's id; a path is split into a list of parts, and the
+#: parts interned, so a call costs ~300 bytes and up to ~22 per character of its arguments
+#: (measured), charged as _PATH_BYTES and _PATH_CHAR_BYTES.
+PATH_MAX = 4096
+_PATH_BYTES = 256
+_PATH_CHAR_BYTES = 24
 _ODICT = ("collections", "OrderedDict")
 
 
@@ -122,6 +161,7 @@ _HASHING_CALLS = frozenset({
 
 _LEAF = _Node("leaf")
 _LEAF_BYTES = _BASE_BYTES["leaf"]
+assert sys.getsizeof(_LEAF) + _SLOT_BYTES <= _RECORD_BYTES  # noqa: S101 - the table's premise
 #: what each empty-container opcode makes
 _EMPTY_KINDS = {"EMPTY_LIST": "list", "EMPTY_DICT": "dict", "EMPTY_SET": "set"}
 
@@ -136,13 +176,15 @@ class _Walk:
         self.key_classes = key_classes
         self.stack: list[_Node] = []
         self.marks: list[int] = []
-        self.memo: dict[int, _Node] = {}
+        self.memo: list[_Node] = []  # indices in sequence: a list, one pointer each
         self.buildable = buildable
         self.source = source
         self.work = 0
-        self.memory = 0
+        self.memory = 0  # what the unpickler will hold, at most (see _BASE_BYTES)
+        self.records = 0  # what this walk holds, at most (see _RECORD_BYTES)
         self.memory_limit = MEMORY_PER_BYTE * size + MEMORY_SLACK
         self.ops = 0
+        self.deepest = 0  # the stack's deepest point so far (charged by its levels)
         self.dispatch: dict[str, Callable[[object], None]] = {
             **{name: self.op_leaf for name in _LEAVES},
             **{name: self.op_text for name in _TEXT},
@@ -172,6 +214,15 @@ class _Walk:
 
     # -- the stack -----------------------------------------------------------------------
 
+    def deeper(self) -> None:
+        """Charge the stack's new deepest point: the unpickler's holds a pointer a level, the
+        walk's a pointer and a record."""
+        levels = len(self.stack) - self.deepest
+        self.deepest += levels
+        self.memory += levels * _SLOT_BYTES
+        self.records += levels * _RECORD_BYTES
+        self.check_memory()
+
     def pop(self) -> _Node:
         if len(self.stack) <= (self.marks[-1] if self.marks else 0):
             raise self.fail(f"{self.name} takes more objects than the stack holds")
@@ -195,8 +246,15 @@ class _Walk:
     def charge(self, kind: str, items: int, *, base: bool = True) -> None:
         self.memory += (_BASE_BYTES[kind] if base else 0) + _ITEM_BYTES[kind] * items
         if self.memory > self.memory_limit:
+            self.check_memory()
+
+    def check_memory(self) -> None:
+        if self.memory > self.memory_limit:
             raise self.fail(f"unpickling would take more than {self.memory_limit:,} bytes "
                             "of memory")
+        if self.records > self.memory_limit:
+            raise self.fail(f"checking it would take more than {self.memory_limit:,} bytes "
+                            "of memory (its objects are held on the stack or in the memo)")
 
     def capture(self, children: Iterable[_Node], parent: _Node | None) -> tuple[int, int]:
         depth, size = 0, 0
@@ -214,14 +272,18 @@ class _Walk:
                             "time exponential in the file size (a memo DAG)")
         return depth, size
 
-    def make(self, kind: str, children: list[_Node], *, cls: tuple[str, str] | None = None
-             ) -> _Node:
+    def make(self, kind: str, children: list[_Node], *, cls: tuple[str, str] | None = None,
+             items: int | None = None) -> _Node:
+        """A new ``kind`` made of ``children``, charged as holding ``items`` (all of them unless
+        told: a call holds what its arguments hold, not the callable and the tuple)."""
         depth, size = self.capture(children, None)
         if depth >= MAX_DEPTH:
             raise self.fail(f"objects nested deeper than {MAX_DEPTH} levels")
-        self.charge(kind, len(children))
+        self.charge(kind, len(children) if items is None else items)
         node = _Node(kind, depth + 1, min(size + 1, _HUGE), cls=cls)
         node.items = len(children)
+        if kind == "tuple":
+            node.text = sum(child.text for child in children)
         self.stack.append(node)
         return node
 
@@ -235,7 +297,7 @@ class _Walk:
         target.depth = max(target.depth, depth + 1)
         target.size = min(target.size + size, _HUGE)
         target.items += items
-        self.charge(target.kind, items, base=False)
+        self.charge("odict" if target.cls == _ODICT else target.kind, items, base=False)
 
     def container(self, kind: str) -> _Node:
         target = self.top()
@@ -269,7 +331,19 @@ class _Walk:
                     f"{'.'.join(func.cls)} called with arguments ({self.name}): it would hash "
                     "their items as keys unchecked (hash flooding); its items may come only "
                     "through SETITEMS/ADDITEMS")
-        self.make("instance", [func, *args], cls=func.cls)
+        extra = _ODICT_EXTRA_BYTES if func.cls == _ODICT else 0
+        if func.cls is not None and func.cls[0] == "pathlib":
+            text = sum(a.text for a in args)
+            if text > PATH_MAX:
+                raise self.fail(f"a path of {text:,} characters, more than any checkpoint's "
+                                f"(PATH_MAX {PATH_MAX:,})")
+            extra = _PATH_BYTES + _PATH_CHAR_BYTES * text
+        # what a call keeps of its arguments: an attribute of a dataclass each, a Size's or a
+        # path's copy of a tuple's items
+        self.memory += extra
+        self.make("instance", [func, *args], cls=func.cls,
+                  items=sum(a.items for a in args) if self.name not in ("INST", "OBJ")
+                  else len(args))
 
     # -- opcodes -------------------------------------------------------------------------
 
@@ -289,14 +363,26 @@ class _Walk:
 
     def op_leaf(self, arg: object) -> None:
         self.stack.append(_LEAF)  # immutable and childless: one node serves all
-        self.memory += _LEAF_BYTES  # charge("leaf", 0), inlined: a third of all opcodes
+        # charge("leaf", 0), inlined: a third of all opcodes
+        if self.name in _SHARED_LEAVES:
+            return
+        self.memory += sys.getsizeof(arg) if self.name in _LONG_LEAVES else _LEAF_BYTES
         if self.memory > self.memory_limit:
-            self.charge("leaf", 0)  # raises
+            self.check_memory()  # raises
 
     def op_text(self, arg: object) -> None:
-        self.stack.append(_Node("str", value=arg if isinstance(arg, str) else None))
-        self.memory += len(arg) if isinstance(arg, str | bytes | bytearray) else 0
-        self.charge("str", 0)
+        node = _Node("str", value=arg if isinstance(arg, str) else None)
+        node.text = len(arg) if isinstance(arg, str | bytes | bytearray) else 0
+        self.stack.append(node)
+        # the text, and the bytes a non-ASCII one is decoded from (both held at once); the
+        # record holds a ``str`` too
+        size = sys.getsizeof(arg)
+        if isinstance(arg, str):
+            if not arg.isascii():
+                size *= 2
+            self.records += size
+        self.memory += size
+        self.check_memory()
 
     def op_mark(self, arg: object) -> None:
         self.marks.append(len(self.stack))
@@ -309,7 +395,7 @@ class _Walk:
         kind = _EMPTY_KINDS[self.name]
         self.memory += _BASE_BYTES[kind]
         if self.memory > self.memory_limit:
-            self.charge(kind, 0)  # raises
+            self.check_memory()  # raises
         self.stack.append(_Node(kind))
 
     def op_tuple(self, arg: object) -> None:
@@ -416,35 +502,52 @@ class _Walk:
         self.stack.append(self.top())
 
     def op_memoize(self, arg: object) -> None:
-        self.memo[len(self.memo)] = self.top()
+        self.memo.append(self.top())
         self.memory += _MEMO_BYTES
+        self.records += _RECORD_BYTES  # the record now outlives its use
+        if self.records > self.memory_limit:
+            self.check_memory()  # raises
 
     def op_put(self, arg: object) -> None:
-        if not isinstance(arg, int) or arg > len(self.memo):
+        if not isinstance(arg, int) or not 0 <= arg <= len(self.memo):
             raise self.fail(f"memo index {arg} out of sequence (next is {len(self.memo)})")
-        self.memo[arg] = self.top()
+        if arg == len(self.memo):
+            self.memo.append(self.top())
+        else:
+            self.memo[arg] = self.top()
         self.memory += _MEMO_BYTES
+        self.records += _RECORD_BYTES
+        if self.records > self.memory_limit:
+            self.check_memory()  # raises
 
     def op_get(self, arg: object) -> None:
-        node = self.memo.get(arg) if isinstance(arg, int) else None
-        if node is None:
+        if not isinstance(arg, int) or not 0 <= arg < len(self.memo):
             raise self.fail(f"fetches memo index {arg}, never stored")
-        self.stack.append(node)
+        self.stack.append(self.memo[arg])
+
+
+class Cost(NamedTuple):
+    """What :func:`check_pickle` charged a pickle it admitted, in bytes: at most what unpickling
+    it will hold (``memory``) and what the walk held (``records``)."""
+
+    memory: int
+    records: int
 
 
 def check_pickle(data: bytes, buildable: frozenset[tuple[str, str]], source: str = "pickle",
                  *, on_global: Callable[[str, str], None] | None = None,
                  key_classes: frozenset[tuple[str, str]] = frozenset(),
-                 persistent_ids: bool = False) -> None:
+                 persistent_ids: bool = False) -> Cost:
     """Raise :class:`PickleBombError` unless unpickling ``data`` is bounded (see the module
-    doc). ``buildable``: the ``(module, name)`` of the classes whose instances ``BUILD`` may
-    set the state of. ``on_global`` sees every global named (to refuse early).
+    doc); what it will cost otherwise. ``buildable``: the ``(module, name)`` of the classes
+    whose instances ``BUILD`` may set the state of. ``on_global`` sees every global named (to
+    refuse early).
     ``key_classes``: the classes whose instances may be dict keys or set members besides
     strings; the caller unpickles them with a hash a file cannot choose. ``persistent_ids``:
     admit them (the caller's unpickler resolves each to one object, as ``torch.load`` does a
     tensor's storage); refused otherwise."""
     walk = _Walk(len(data), buildable, source, key_classes, persistent_ids)
-    dispatch = walk.dispatch
+    dispatch, stack = walk.dispatch, walk.stack
     # The loop is ``_Walk.step`` inlined (it runs once per opcode: ~1.2 us each, of which a
     # method call was a tenth).
     try:
@@ -453,7 +556,7 @@ def check_pickle(data: bytes, buildable: frozenset[tuple[str, str]], source: str
             if name == "STOP":
                 if len(walk.stack) != 1 or walk.marks:
                     raise walk.fail("STOP with other than one object on the stack")
-                return
+                return Cost(walk.memory, walk.records)
             walk.ops += 1
             if walk.ops > MAX_OPCODES:
                 raise walk.fail(f"more than {MAX_OPCODES:,} opcodes")
@@ -462,6 +565,8 @@ def check_pickle(data: bytes, buildable: frozenset[tuple[str, str]], source: str
                 raise walk.fail(f"unexpected opcode {name}")
             walk.name = name
             handler(arg)
+            if len(stack) > walk.deepest:
+                walk.deeper()
             if on_global is not None and name in _NAMING:
                 cls = walk.stack[-1].cls
                 assert cls is not None

@@ -36,9 +36,11 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import pickle
 import re
 import secrets
+import stat
 import threading
 from collections import Counter, OrderedDict
 from typing import Any
@@ -79,10 +81,14 @@ KEY_CLASSES: frozenset[tuple[str, str]] = frozenset({(_DCP, "MetadataIndex")})
 #: 64-bit hash by accident about never; a file made to flood has thousands.
 MAX_SHARED_HASH = 16
 
-#: Largest ``.metadata`` read (and so the most a hostile one can make every rank allocate:
-#: :mod:`trainer.pickle_guard` admits ~48 bytes of objects per byte). DCP writes ~140 bytes per
-#: tensor chunk (measured: a 1B-parameter GPT with AdamW, FSDP over 64 ranks, 27,840 chunks:
-#: 3.8 MB), so 256 MiB holds ~1.9 M chunks: a 70B model with AdamW sharded over ~850 ranks.
+#: Largest ``.metadata`` read, refused unread when its file says it is larger (a hostile one
+#: under it costs at most ``pickle_guard.MEMORY_PER_BYTE`` (24) times its size to refuse, a
+#: real one 11-15x to load). DCP writes ~170 bytes per tensor chunk (measured: our GPT with
+#: AdamW under FSDP2 over 8 ranks, 1,308 chunks: 241,815 bytes; the same re-sharded over 64 and
+#: 1,024 ranks: 170.2 and 170.5 bytes a chunk; 140 for a 1B GPT over 64 ranks), and FSDP makes
+#: a chunk per rank of every parameter and both AdamW moments: 3 x ranks x ~170 bytes per
+#: parameter tensor. 256 MiB holds ~1.6 M chunks: a 70B Llama-shaped model (723 parameter
+#: tensors) fully sharded over ~730 ranks; a lower cap would refuse real checkpoints of that.
 MAX_METADATA_BYTES = 256 << 20
 
 #: What a storage entry may name: a file directly in the checkpoint directory.
@@ -200,14 +206,36 @@ def _real_keys(storage: dict[Any, Any], source: str) -> dict[MetadataIndex, Any]
                                     f"({type(exc).__name__}: {exc})"[:500]) from None
 
 
+def _stated_size(f: Any) -> int | None:
+    """The size the open file ``f`` states: a regular file's ``fstat``, an fsspec file's
+    ``size``; None when it states none (a pipe, a stream)."""
+    try:
+        st = os.fstat(f.fileno())
+        if stat.S_ISREG(st.st_mode):
+            return st.st_size
+    except (AttributeError, OSError, ValueError):  # no descriptor (io.UnsupportedOperation)
+        pass
+    size = getattr(f, "size", None)
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+
+def _too_large(source: str, what: str, limit: int) -> UnsafeCheckpointError:
+    return UnsafeCheckpointError(
+        f"{source}: {what}, more than DCP metadata may take ({limit:,} bytes = "
+        f"{limit / 2**20:,.0f} MiB, trainer.safe_metadata.MAX_METADATA_BYTES); refusing to "
+        "load it")
+
+
 def read_capped(f: Any, source: str, limit: int = MAX_METADATA_BYTES) -> bytes:
-    """At most ``limit`` bytes of the open file ``f``; :class:`UnsafeCheckpointError` if it
-    holds more (read no further than one byte past the cap: a 20 GB file costs nothing)."""
+    """At most ``limit`` bytes of the open file ``f``; :class:`UnsafeCheckpointError` naming
+    the file and the limit if it holds more: before reading anything when the file states its
+    size (a 20 GB file costs nothing), else after one byte past the cap."""
+    size = _stated_size(f)
+    if size is not None and size > limit:
+        raise _too_large(source, f"{size:,} bytes", limit)
     data = f.read(limit + 1)
     if len(data) > limit:
-        raise UnsafeCheckpointError(
-            f"{source}: more than {limit:,} bytes, more than DCP metadata may take "
-            "(MAX_METADATA_BYTES); refusing to load it")
+        raise _too_large(source, f"more than {limit:,} bytes", limit)
     return bytes(data)
 
 
@@ -219,9 +247,7 @@ def load_metadata(data: bytes, source: str = ".metadata") -> Metadata:
     ``source``.
     """
     if len(data) > MAX_METADATA_BYTES:
-        raise UnsafeCheckpointError(
-            f"{source}: {len(data):,} bytes, more than DCP metadata may take "
-            f"(MAX_METADATA_BYTES = {MAX_METADATA_BYTES:,}); refusing to load it")
+        raise _too_large(source, f"{len(data):,} bytes", MAX_METADATA_BYTES)
     _walk_once(data, source)
     try:
         metadata = MetadataUnpickler(io.BytesIO(data), source).load()
