@@ -46,7 +46,6 @@ import json
 import logging
 import mmap
 import os
-import secrets
 import stat
 import tempfile
 from collections.abc import Callable
@@ -124,9 +123,12 @@ def _open_folder(directory: str) -> int:
 
 def _open_file(folder: int, name: str, flags: int, where: str, mode: int = 0o600) -> int:
     """``name`` in the folder ``folder``, opened without following a link and checked: a
-    regular file, ours, writable by no group or other user. :class:`UntrustedCopy` otherwise."""
+    regular file, ours, writable by no group or other user. :class:`UntrustedCopy` otherwise.
+    (Opened non-blocking: a FIFO in its place would block a read-only open until a writer
+    came; a regular file reads the same.)"""
     try:
-        fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=folder)
+        fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode,
+                     dir_fd=folder)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise UntrustedCopy(f"{where}: a symbolic link") from None
@@ -295,7 +297,7 @@ def _shared(folder: int, name: str, where: str, build: Callable[[], dict[str, np
         corrupt += 1  # replaced below with arrays built from the verified index
     arrays = build()
     head, parts = _encode(arrays)
-    tmp = f".{name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    tmp = f".{name}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600, dir_fd=folder)

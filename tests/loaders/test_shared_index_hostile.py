@@ -314,6 +314,33 @@ def test_a_copy_another_user_owns_is_rebuilt(datasets: tuple[str, str],
         assert path.stat().st_uid == os.geteuid()
 
 
+@as_root
+def test_an_own_folder_others_could_write_is_made_private(
+        datasets: tuple[str, str], foreign: dict[str, bytes], clean: dict,
+        world_tmp: Path) -> None:
+    """This user's folder left writable by all: another user puts a copy of another index and
+    a FIFO (which would block a read) in it under the copies' names. The folder is made 0700
+    again, their files are replaced, the batches are the clean run's."""
+    load(datasets[0], world_tmp)
+    folder = own_folder(world_tmp)
+    folder.chmod(0o777)
+    samples, starts = sorted(foreign)  # "...-samples2-127.bin" sorts first
+
+    def action() -> str:
+        (folder / starts).unlink()
+        (folder / starts).write_bytes(foreign[starts])
+        (folder / samples).unlink()
+        os.mkfifo(folder / samples, 0o600)
+        return "planted"
+
+    assert as_user(NOBODY, action) == "'planted'"
+    assert_same_and_own(load(datasets[0], world_tmp, timeout=90), clean)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    for name in (starts, samples):
+        st = (folder / name).lstat()
+        assert stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
+
+
 def test_a_link_in_place_of_a_copy_is_replaced_not_followed(
         datasets: tuple[str, str], foreign: dict[str, bytes], clean: dict, world_tmp: Path,
         tmp_path: Path) -> None:
