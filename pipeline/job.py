@@ -49,6 +49,7 @@ from pipeline.discovery import default_corpus, discover_table
 from pipeline.filetable import FORMAT_CODES, FileTable
 from pipeline.plan import PartitionPlan, auto_partition_bytes, task_groups
 from pipeline.progress import ProgressBar
+from pipeline.record_steps import RecordLimits, limits_from_env
 from pipeline.records import StrictModeError
 from pipeline.shard_table import ShardTable
 from pipeline.shards import schema_description
@@ -171,13 +172,14 @@ def with_shard_index(store: ReplicaSet, manifest: Manifest, shards: ShardTable) 
 
 
 def _train_tokenizer(client: Client, cfg: PipelineConfig, plan: PartitionPlan,
-                     vocab: int, window: TaskWindow) -> tokenizing.TokenizerSpec:
+                     vocab: int, window: TaskWindow, limits: RecordLimits
+                     ) -> tokenizing.TokenizerSpec:
     """Train on the first ``tokenizer_sample_bytes / P`` characters of every partition."""
     quota = max(1, cfg.tokenizer_sample_bytes // max(1, len(plan)))
     samples = window.map(lambda i: client.submit(
         sample_texts, plan[i], cfg.read_options, cfg.cleaning, quota,
-        HiddenOptions(cfg.storage_options), cfg.web_config, pure=False, retries=cfg.retries),
-        range(len(plan)))
+        HiddenOptions(cfg.storage_options), cfg.web_config, limits, pure=False,
+        retries=cfg.retries), range(len(plan)))
     texts = [t for sample in samples for t in sample]  # partition order: deterministic
     return tokenizing.train_bpe(texts, vocab)
 
@@ -266,7 +268,7 @@ def _phase_two_started(scratch: ReplicaSet) -> bool:
 
 def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
              tok: tokenizing.TokenizerSpec, plan: PartitionPlan, bar: ProgressBar,
-             workers: int, window: TaskWindow
+             workers: int, window: TaskWindow, limits: RecordLimits
              ) -> tuple[work.PhaseOneResults, work.PhaseTwoResults, int]:
     """Phase 1 of every partition, the dedup shuffle, phase 2: each through ``window``, so
     the tasks alive on the scheduler and in the driver are bounded by the cluster's size,
@@ -288,7 +290,8 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
                           cfg.minhash_rows), tok.sha256,
                          tok.vocab_size, tok.eos_id, cfg.encode_batch_docs,
                          cfg.row_group_tokens, cfg.strict, cfg.storage_options,
-                         web=cfg.web_config, shard_compression=cfg.shard_compression)
+                         web=cfg.web_config, shard_compression=cfg.shard_compression,
+                         limits=limits)
     # Each marker kept as its counts (by partition, in arrays) as its ledger is read: the
     # dict of whole markers held every rows file's row groups (~70 GB at 100 TB), ~3 KB a
     # partition even without them (~30 GB at 10 M partitions of small files).
@@ -499,6 +502,7 @@ def _probe_candidates(files: FileTable) -> list[str]:
 def _run(cfg: PipelineConfig, store: ReplicaSet, lease: ReplicaLeases, log: TextIO,
          progress: bool) -> RunSummary:
     start = time.perf_counter()
+    limits = limits_from_env()  # a bad value fails here, before anything starts
     meter = carbon.CarbonRun(cfg, log)  # energy from here on; a bad --carbon-signal fails here
     vocab = tokenizing.trained_vocab(cfg.tokenizer)
     tokenizing.check(cfg.tokenizer)
@@ -535,12 +539,13 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: ReplicaLeases, log: Text
         window = TaskWindow(client)
         meter.attach(client, window, total_bytes, window.threads())  # may gate the window
         tok = (loading.result() if loading else
-               _train_tokenizer(client, cfg, plan, vocab, window))
+               _train_tokenizer(client, cfg, plan, vocab, window, limits))
         print(f"tokenizer: {tok.name} (vocab {tok.vocab_size}, eos {tok.eos_token!r})", file=log)
         store.put(tokenizer_name(tok.sha256), tok.json.encode("utf-8"))
         bar = ProgressBar(2 * len(plan), label="tasks", enabled=progress, stream=log)
         meter.track(bar)
-        ones, twos, resumed = _execute(client, cfg, store, tok, plan, bar, max(1, n), window)
+        ones, twos, resumed = _execute(client, cfg, store, tok, plan, bar, max(1, n), window,
+                                       limits)
         meter.finish()
     check_not_all_unreadable([ones.total()], store)  # never commit a dataset of unreadable inputs
 

@@ -1,7 +1,9 @@
 """The tasks Dask runs. Each returns small results; documents never travel to the driver.
 
 Phase 1, per partition: parse → clean → dedup keys → tokenize; rows and keys go to ``_work/``,
-rejects to ``quarantine/``. The rows are already the partition's finished shard, bytes and
+rejects to ``quarantine/``, with the records a limit refuses (:mod:`pipeline.record_steps`;
+after an attempt lost with its worker, each record runs in isolation: :mod:`pipeline.isolation`).
+The rows are already the partition's finished shard, bytes and
 manifest entry, as if no duplicate were dropped. Dedup, across partitions, is
 ``pipeline.shuffle``: keys are split by hash into buckets, each bucket is resolved on its own,
 and each partition picks its condemned rows from every bucket. Phase 2, per partition: a
@@ -25,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import shuffle, tokenizing, work
-from pipeline.cleaning import Cleaner, CleaningConfig
+from pipeline.cleaning import CleaningConfig
 from pipeline.dedup import (
     DROP,
     ENTRY,
@@ -35,9 +37,11 @@ from pipeline.dedup import (
     content_key,
     entries,
 )
+from pipeline.isolation import steps_for
 from pipeline.plan import Partition
 from pipeline.readers import ReadOptions, read_partition
-from pipeline.records import Rejected
+from pipeline.record_steps import Poisoned, RecordLimits
+from pipeline.records import Document, Rejected, raw_preview
 from pipeline.shards import (
     DEFAULT_CODEC,
     META_SCHEMA,
@@ -46,12 +50,13 @@ from pipeline.shards import (
     shard_codec,
     shard_table,
 )
-from pipeline.web import WebConfig, WebSteps
+from pipeline.web import WebConfig
 from storage import (
     ObjectInfo,
     ReplicaSet,
     ShardInfo,
     digest_bytes,
+    display_url,
     quarantine_name,
     shard_name,
     tokenizer_name,
@@ -83,6 +88,8 @@ class StageParams:
     web: WebConfig | None = None
     #: the shards' Parquet codec (``--shard-compression``: zstd, lz4, none)
     shard_compression: str = DEFAULT_CODEC
+    #: what one record's steps may cost (:mod:`pipeline.record_steps`, :mod:`pipeline.isolation`)
+    limits: RecordLimits = field(default_factory=RecordLimits)
 
 
 @dataclass(frozen=True)
@@ -128,6 +135,15 @@ def strict_message(item: Rejected) -> str:
     return f"bad record at {item.source} (file {item.file}): {item.reason}: {item.detail}"
 
 
+def poisoned(part: Partition, doc: Document, bad: Poisoned) -> Rejected:
+    """A document a limit refused, as a quarantined record: ``file@offset`` for web records,
+    the document's id (``file:line`` unless ``--id-field``) otherwise."""
+    where = doc.source or doc.doc_id
+    shown = (display_url(part.url) if not part.members
+             else doc.source.rpartition("@")[0] if doc.source else "")
+    return Rejected(where, bad.reason, bad.detail, raw_preview(doc.text), shown)
+
+
 def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
               reuse: work.PhaseOne | None = None) -> work.PhaseOne:
     """Parse, clean and tokenize one partition into work files (see :mod:`pipeline.work`).
@@ -140,8 +156,9 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
         return reuse
     tok_json = _tokenizer_json(store, p.tokenizer_sha256)
     hasher = _minhasher(*p.minhash) if p.near_dup else None
-    cleaner = Cleaner(p.cleaning)
-    web = WebSteps(p.web, p.storage_options) if p.web is not None else None
+    # in the worker, or in isolation when an earlier attempt was lost with its worker
+    steps = steps_for(p.cleaning, p.web, p.storage_options, p.limits,
+                      f"phase 1 of partition {part.index} ({display_url(part.url)})")
     dtype = tokens.token_dtype(p.vocab_size)
     rejected: list[dict[str, str]] = []
     # Streamed: each encode batch goes to the shard writer (which holds at most one row group
@@ -158,10 +175,10 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
 
     def flush() -> None:
         nonlocal doc_ids, batch, batch_chars, keys, sketches, positions, kinds, n_tokens
+        steps.idle()  # the CPU guard is for a record's steps, not for a batch's encoding
         if batch:
             ln, vals = tokenizing.encode_flat(tok_json, p.eos_id, batch)
-            writer.add(shard_table(doc_ids, tokens.pack(ln, vals, dtype),
-                                   web.take() if web is not None else None), ln)
+            writer.add(shard_table(doc_ids, tokens.pack(ln, vals, dtype), steps.take()), ln)
             n_tokens += int(vals.size)
         if keys:
             spool.append(entries(keys, positions, kinds))
@@ -182,8 +199,15 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
                         return work.PhaseOne(part.index, key, error=strict_message(item))
                     rejected.append(asdict(item))
                     continue
+                try:
+                    text = steps(item)
+                except Poisoned as bad:  # quarantined like a reader's reject
+                    refused = poisoned(part, item, bad)
+                    if p.strict:
+                        return work.PhaseOne(part.index, key, error=strict_message(refused))
+                    rejected.append(asdict(refused))
+                    continue
                 docs_in += 1
-                text = cleaner(item.text) if web is None else web(item, cleaner)
                 if text is None:
                     continue
                 pos = rows
@@ -199,8 +223,7 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
                     positions += [pos] * len(bands)
                     kinds += [KIND_NEAR] * len(bands)
                 doc_ids.append(item.doc_id)
-                if web is not None:
-                    web.keep()
+                steps.keep()
                 batch.append(text)
                 batch_chars += len(text)
                 if len(batch) >= p.encode_batch_docs or batch_chars >= BATCH_CHARS:
@@ -218,13 +241,13 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
             if hasher is not None:
                 sketches_sha256 = sketch_spool.save(scratch, work.sketches_path(key))
         finally:
+            steps.close()
             spool.close()
             sketch_spool.close()
     quarantine = put_quarantine(store, part.index, rejected) if rejected else None
     result = work.PhaseOne(
         index=part.index, key=key, docs_in=docs_in + len(rejected), rows=rows,
-        tokens=n_tokens, dropped=dict(cleaner.dropped + (web.dropped if web else Counter())),
-        changed=dict(cleaner.changed + (web.changed if web else Counter())),
+        tokens=n_tokens, dropped=dict(steps.dropped), changed=dict(steps.changed),
         quarantined=dict(Counter(r["reason"] for r in rejected)), quarantine=quarantine,
         shard=shard, keys_sha256=keys_sha256, sketches_sha256=sketches_sha256,
         durable=not scratch.primary.is_local)
@@ -322,20 +345,28 @@ def phase_two_each(ones: list[work.PhaseOne], run_key: str, store: ReplicaSet,
 
 
 def sample_texts(part: Partition, read: ReadOptions, cleaning: CleaningConfig, quota: int,
-                 options: HiddenOptions, web_config: WebConfig | None = None) -> list[str]:
-    """The first ``quota`` characters of cleaned documents: a tokenizer-training sample."""
-    cleaner = Cleaner(cleaning)
-    web = WebSteps(web_config, options.value) if web_config is not None else None
+                 options: HiddenOptions, web_config: WebConfig | None = None,
+                 limits: RecordLimits | None = None) -> list[str]:
+    """The first ``quota`` characters of cleaned documents: a tokenizer-training sample.
+    Records run under the same limits as phase 1's (a refused one is left out)."""
+    steps = steps_for(cleaning, web_config, options.value, limits or RecordLimits(),
+                      f"the tokenizer sample of partition {part.index}")
     out: list[str] = []
     size = 0
-    for item in read_partition(part, read, options.value):
-        if isinstance(item, Rejected):
-            continue
-        text = cleaner(item.text) if web is None else web(item, cleaner)
-        if text is None:
-            continue
-        out.append(text[: quota - size])
-        size += len(out[-1])
-        if size >= quota:
-            break
+    try:
+        for item in read_partition(part, read, options.value):
+            if isinstance(item, Rejected):
+                continue
+            try:
+                text = steps(item)
+            except Poisoned:
+                continue
+            if text is None:
+                continue
+            out.append(text[: quota - size])
+            size += len(out[-1])
+            if size >= quota:
+                break
+    finally:
+        steps.close()
     return out
