@@ -26,7 +26,7 @@ from pipeline.record_steps import (
 )
 from pipeline.records import Document
 from pipeline.web import WebConfig
-from tests.pipeline._procs import ENV, REPO
+from tests.pipeline._procs import ENV, REPO, dask_cluster
 from tests.pipeline.web import warcs
 
 WEB = WebConfig(filters=("gopher_repetition",), identify=True, pii=True, metadata=True)
@@ -210,5 +210,18 @@ def test_a_task_knows_it_was_lost_with_a_worker(tmp_path: Path) -> None:
         assert client.submit(lost_attempts, pure=False).result(timeout=60) == 0
         assert client.submit(_fails_once, str(tmp_path / "f"), retries=1,
                              pure=False).result(timeout=60) == 0
+        assert client.submit(_dies_once, str(tmp_path / "d"),
+                             pure=False).result(timeout=120) == 1
+
+
+@pytest.mark.slow
+def test_a_task_knows_it_was_lost_on_a_separate_cluster(tmp_path: Path) -> None:
+    """A ``dask scheduler`` process without a nanny behind its workers: the question goes to
+    that scheduler as a closure (it needs no Shardflow code), and the task that killed one
+    worker learns it on the other."""
+    from distributed import Client
+
+    with dask_cluster(tmp_path / "cluster", workers=2) as cluster, \
+            Client(cluster.address) as client:
         assert client.submit(_dies_once, str(tmp_path / "d"),
                              pure=False).result(timeout=120) == 1

@@ -35,9 +35,18 @@ from tests.pipeline.web import warcs
 pytestmark = pytest.mark.slow
 
 NESTED = b"<html><body>" + b"<div>" * 1_000_000 + b"deep</body></html>"
-#: admitted by the complexity check (every <p> 123 deep), ~4 s of extraction
-SLOW = (b"<html><body>" + b"<div>" * 120 + b"<p>t</p>" * 400_000 + b"</div>" * 120
-        + b"</body></html>")
+
+
+def _slow(paragraphs: int) -> bytes:
+    """A page the complexity check admits (every <p> 123 deep): ~1 s of extraction a
+    100,000 paragraphs here."""
+    return (b"<html><body>" + b"<div>" * 120 + b"<p>t</p>" * paragraphs + b"</div>" * 120
+            + b"</body></html>")
+
+
+SLOW = _slow(400_000)
+#: long enough to be killed in the middle of, on a CPU faster than this one too
+SLOWER = _slow(700_000)
 
 
 def _crawl(root: Path, page: bytes | None) -> tuple[Path, int]:
@@ -165,7 +174,7 @@ def test_a_worker_lost_by_chance_changes_nothing(tmp_path: Path) -> None:
     """SIGKILL the only worker while it extracts the slow page (default limits: the page is
     fine): its partition runs again in isolation, every record passes there, and the dataset
     is the undisturbed run's, byte for byte, with nothing quarantined."""
-    crawl, _ = _crawl(tmp_path / "crawl", SLOW)
+    crawl, _ = _crawl(tmp_path / "crawl", SLOWER)
     reference = tmp_path / "reference"
     run(PipelineConfig(inputs=[str(crawl / "*.gz")], output=str(reference), workers=1,
                        dashboard_address="127.0.0.1:0"), progress=False)
