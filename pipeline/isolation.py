@@ -29,7 +29,9 @@ result is the one a normal attempt gives. A record that does fail in isolation c
 in a worker either: a crash crashes both; past ``cpu_s`` of CPU the worker's guard ends the
 worker first; past the memory limit the worker's nanny does. What stays open is a record
 within a few percent of ``cpu_s``, which a faster or slower CPU can put either side: the
-limit is ~5,000 times a normal page's cost, so only a hostile or broken record comes near it.
+limit is ~10,000 times a normal page's cost and 4 times the costliest real record measured, so
+only a hostile or broken record comes near it; and one that waits, using no CPU, for minutes
+(``wall_s`` is for isolation only: in a worker such a wait is the TTL's business).
 """
 
 from __future__ import annotations
