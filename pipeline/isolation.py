@@ -31,7 +31,8 @@ worker first; past the memory limit the worker's nanny does. What stays open is 
 within a few percent of ``cpu_s``, which a faster or slower CPU can put either side: the
 limit is ~10,000 times a normal page's cost and 4 times the costliest real record measured, so
 only a hostile or broken record comes near it; and one that waits, using no CPU, for minutes
-(``wall_s`` is for isolation only: in a worker such a wait is the TTL's business).
+(``wall_s`` is for isolation only: in a worker nothing ends such a wait unless it holds the
+GIL, and then the worker TTL does).
 """
 
 from __future__ import annotations
@@ -202,7 +203,8 @@ class _Child:
             os.close(to_child)
             os.close(from_child)
         self.cpu_s = float(init["cpu_s"])
-        send(self.requests, ("init", init))
+        with contextlib.suppress(OSError):  # a child that died at once: the first ask says so
+            send(self.requests, ("init", init))
 
     def ask(self, message: Any, wall_s: float, memory: int) -> Any:
         """Send ``message`` and wait for the answer under the limits; raises
@@ -215,9 +217,10 @@ class _Child:
         buf = bytearray()
         need = _HEADER.size
         size = None
+        waiting = select.poll()  # not select(): a worker's descriptors may pass FD_SETSIZE
+        waiting.register(self.replies, select.POLLIN)
         while True:
-            ready, _, _ = select.select([self.replies], [], [], TICK_S)
-            if ready:
+            if waiting.poll(TICK_S * 1000):
                 chunk = os.read(self.replies, max(1 << 16, need - len(buf)))
                 if not chunk:
                     raise self._ended(None)
