@@ -127,7 +127,7 @@ def test_storage_options_from_a_file(tiny_dataset: str, tmp_path: Path) -> None:
         assert "secret-value-123" not in out.stderr
     out = _cli("run", "--output", str(tmp_path / "ds"), "--storage-options",
                f"@{tmp_path / 'missing.json'}")
-    assert out.returncode == 2 and "missing.json: No such file" in out.stderr
+    assert out.returncode == 2 and "missing.json: cannot read (No such file" in out.stderr
     assert "@FILE" in _cli("run", "--help").stdout
 
 

@@ -60,7 +60,7 @@ def test_storage_options_inline_from_a_file_or_from_the_environment(
 
 
 @pytest.mark.parametrize("content, message", [
-    (None, "cannot read file {f}: No such file"),
+    (None, "file {f}: cannot read (No such file"),
     (f'["key", "{SECRET}"]', "file {f} must be a JSON object"),
     (f'{{"secret": "{SECRET}",}}', "file {f} is not valid JSON"),
     ("null", "file {f} must be a JSON object"),
