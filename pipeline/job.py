@@ -506,6 +506,10 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: ReplicaLeases, log: Text
     meter = carbon.CarbonRun(cfg, log)  # energy from here on; a bad --carbon-signal fails here
     vocab = tokenizing.trained_vocab(cfg.tokenizer)
     tokenizing.check(cfg.tokenizer)
+    if cfg.url_blocklist:  # missing, a FIFO, too long: said here, not by every task
+        from pipeline.web.urls import load_blocklist
+
+        load_blocklist(cfg.url_blocklist, cfg.storage_options)
     # The tokenizer loads while the inputs are listed and the cluster starts; its errors
     # surface below, where its result is needed (a missing path fails here, at once).
     loading = None if vocab else _in_background(tokenizing.load, cfg.tokenizer, cfg.eos_token)

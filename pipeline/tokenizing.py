@@ -28,8 +28,12 @@ from tokenizers import Tokenizer
 from tokenizers.implementations import BaseTokenizer
 
 from pipeline import fast_bpe
+from storage.io.user_files import UserFileError, not_regular, read_text
 
 GPT2_EOS = "<|endoftext|>"
+#: the largest ``tokenizer.json`` read (the largest published ones, 256k-token vocabularies
+#: with their merges, are ~35 MB)
+TOKENIZER_LIMIT = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,10 @@ def check(spec: str) -> None:
     if spec != "gpt2" and trained_vocab(spec) is None and not os.path.exists(spec):
         raise ValueError(f"--tokenizer {spec!r}: expected 'gpt2', 'train:VOCAB' or the path of "
                          "a tokenizer.json")
+    if spec != "gpt2" and trained_vocab(spec) is None:
+        kind = not_regular(spec)
+        if kind is not None:  # before the cluster starts: opening a FIFO would block
+            raise UserFileError(f"--tokenizer {spec}: is {kind}, not a regular file")
 
 
 def load(spec: str, eos_token: str | None = None) -> TokenizerSpec:
@@ -123,8 +131,9 @@ def load(spec: str, eos_token: str | None = None) -> TokenizerSpec:
         tok_spec = gpt2()
         return tok_spec if eos_token is None else _override_eos(tok_spec, eos_token)
     check(spec)
+    text = read_text(spec, "--tokenizer", TOKENIZER_LIMIT)  # a FIFO or /dev/zero: refused
     try:
-        tok = Tokenizer.from_file(spec)
+        tok = Tokenizer.from_str(text)
     except Exception as exc:
         raise ValueError(f"{spec}: not a valid tokenizer.json ({exc})") from None
     return _override_eos(_spec(os.path.basename(spec), tok, _guess_eos(tok)), eos_token)

@@ -55,6 +55,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from loaders.dataset import dist_rank_world
 from storage import Location, resolve
 from storage.io.urls import s3_options
+from storage.io.user_files import UserFileError, read_file_of, special_files
 from trainer.checkpoint_files import (
     MAX_JSON_BYTES,
     CheckpointFileError,
@@ -420,8 +421,24 @@ class Checkpointer:
 
 def _read_json_file(loc: Location, relative: str) -> dict[str, Any]:
     source = loc.child_url(relative)
-    with loc.fs.open(loc.path(relative), "rb") as f:
-        return read_json(f.read(MAX_JSON_BYTES + 1), source)
+    try:
+        data = read_file_of(loc.fs, loc.path(relative), "checkpoint file", MAX_JSON_BYTES,
+                            local=loc.is_local)
+    except UserFileError as exc:  # longer than the bound, a FIFO, unreadable
+        raise CheckpointFileError(str(exc)) from None
+    return read_json(data, source)
+
+
+def _refuse_special_files(loc: Location, url: str) -> None:
+    """A local checkpoint whose folder holds a FIFO, socket or device (a planted
+    ``__0_0.distcp`` FIFO blocks DCP's read forever) is refused before any file is opened."""
+    if not loc.is_local:
+        return
+    special = special_files(loc.root)
+    if special:
+        path, kind = special[0]
+        raise CheckpointError(f"{url}: {path} is {kind}, not a regular file; refusing to load "
+                              "this checkpoint")
 
 
 def load_checkpoint(url: str, model: nn.Module, optimizer: torch.optim.Optimizer,
@@ -437,6 +454,7 @@ def load_checkpoint(url: str, model: nn.Module, optimizer: torch.optim.Optimizer
     loc = resolve(url, storage_options)
     if not loc.fs.exists(loc.path(COMPLETE)):
         raise CheckpointError(f"{url} is not a complete checkpoint (no {COMPLETE} marker)")
+    _refuse_special_files(loc, url)
     name = loc.url.rstrip("/").rsplit("/", 1)[-1]
     named = _STEP_DIR.match(name)
     rank, _ = dist_rank_world()
@@ -467,12 +485,13 @@ def load_checkpoint(url: str, model: nn.Module, optimizer: torch.optim.Optimizer
                                       f"complete checkpoint (pruned or never finished)")
             if delta_base(base_loc) is not None:
                 raise CheckpointError(f"{url}: its base {base_loc.url} is itself a delta")
+            _refuse_special_files(base_loc, base_loc.url)
     except CheckpointFileError as exc:
         raise CheckpointError(str(exc)) from None
     try:  # DCP reads it again (safely too), but would bury this error in a collective's
         for where in (loc, base_loc) if base_loc is not None else (loc,):
-            with where.fs.open(where.path(".metadata"), "rb") as f:
-                source = where.child_url(".metadata")
+            source = where.child_url(".metadata")
+            with where.fs.open(where.path(".metadata"), "rb") as f:  # regular, checked above
                 load_metadata(read_capped(f, source), source)
     except UnsafeCheckpointError as exc:
         raise CheckpointError(str(exc)) from None

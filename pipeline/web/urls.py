@@ -1,12 +1,15 @@
 """URL block-list: drop documents whose URL's host (or any parent domain of it) or whole URL
 is listed. The list is a text file (local or any fsspec URL): one domain or URL per line,
-``#`` comments; read once per worker process."""
+``#`` comments; read once per worker process (and once by the driver, so that a missing,
+special or oversized file is one clear error before any work starts)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 from urllib.parse import urlsplit
+
+from storage.io.user_files import UserFileError, read_file_of
 
 
 def parse_blocklist(text: str) -> frozenset[str]:
@@ -18,6 +21,8 @@ def parse_blocklist(text: str) -> frozenset[str]:
     return frozenset(out)
 
 
+#: the longest list read (the largest public block-lists, millions of domains, are ~100 MB)
+BLOCKLIST_LIMIT = 512 << 20
 #: lists read in this process, by (URL, storage options as JSON); a few at most
 _LOADED: dict[tuple[str, str], frozenset[str]] = {}
 
@@ -33,8 +38,12 @@ def load_blocklist(url: str, options: dict[str, Any] | None = None) -> frozenset
         from storage import resolve
 
         loc = resolve(url, options)
-        with loc.fs.open(loc.root, "rb") as fh:
-            listed = parse_blocklist(fh.read().decode("utf-8", errors="replace"))
+        try:
+            data = read_file_of(loc.fs, loc.root, "--url-blocklist", BLOCKLIST_LIMIT,
+                                local=loc.is_local)
+        except FileNotFoundError:
+            raise UserFileError(f"--url-blocklist {url}: no such file") from None
+        listed = parse_blocklist(data.decode("utf-8", errors="replace"))
         if len(_LOADED) >= 4:
             _LOADED.clear()
         _LOADED[key] = listed

@@ -135,3 +135,37 @@ def bounded_lines(fh: IO[bytes] | Any, what: str, path: str,
             raise UserFileError(f"{what} {path}, line {n}: not UTF-8 text (byte "
                                 f"{exc.start:,} of the line)") from None
         yield n, line.rstrip("\r\n")
+
+
+def special_files(root: str, *, depth: int = 2) -> list[tuple[str, str]]:
+    """``(path, kind)`` of every entry under the local folder ``root`` (``depth`` levels) that
+    is neither a regular file nor a folder: what a reader of that folder must refuse before
+    opening anything in it (a FIFO planted as a checkpoint's shard would block its load)."""
+    found: list[tuple[str, str]] = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return found
+    for entry in entries:
+        try:
+            mode = entry.stat().st_mode  # follows a link: a link to a FIFO is a FIFO
+        except OSError:
+            continue  # a dangling link: reading it fails with its own clear error
+        if stat.S_ISDIR(mode):
+            if depth > 1:
+                found.extend(special_files(entry.path, depth=depth - 1))
+        elif not stat.S_ISREG(mode):
+            found.append((entry.path, kind_of(mode) or "not a regular file"))
+    return sorted(found)
+
+
+def read_file_of(fs: Any, path: str, what: str, limit: int, *, local: bool) -> bytes:
+    """At most ``limit`` bytes of ``path`` on the fsspec filesystem ``fs``, all of them (else
+    an error): a local path opened as :func:`read_regular` does (no FIFO, no device), a remote
+    one read with the same bound. A missing file raises ``FileNotFoundError``."""
+    if local:
+        if not os.path.exists(path):
+            raise FileNotFoundError(path)
+        return read_regular(path, what, limit)
+    with fs.open(path, "rb") as fh:
+        return read_bounded(fh, limit, what, path)

@@ -15,8 +15,10 @@ from storage.io.user_files import (
     bounded_lines,
     not_regular,
     open_regular,
+    read_file_of,
     read_regular,
     read_text,
+    special_files,
 )
 from tests._within import within
 
@@ -86,3 +88,33 @@ def test_an_endless_line_costs_the_limit_not_the_stream() -> None:
     with open("/dev/zero", "rb") as fh, pytest.raises(
             UserFileError, match="line 1: longer than 65,536 bytes"):
         list(bounded_lines(fh, "--inputs-from", "/dev/zero"))
+
+
+def test_special_files_finds_what_is_planted_two_levels_down(tmp_path: Path) -> None:
+    (tmp_path / "a.bin").write_bytes(b"x")
+    (tmp_path / "sub").mkdir()
+    os.mkfifo(tmp_path / "sub" / "p")
+    os.symlink("/dev/null", tmp_path / "dev")
+    os.symlink(tmp_path / "a.bin", tmp_path / "ok-link")
+    (tmp_path / "sub" / "deep").mkdir()
+    os.mkfifo(tmp_path / "sub" / "deep" / "too-deep")
+    assert special_files(str(tmp_path)) == [
+        (str(tmp_path / "dev"), "a character device"),
+        (str(tmp_path / "sub" / "p"), "a FIFO (named pipe)")]
+    assert special_files(str(tmp_path / "missing")) == []
+
+
+def test_read_file_of_bounds_local_and_fsspec_files_alike(tmp_path: Path, fifo: str) -> None:
+    import fsspec
+
+    memory = fsspec.filesystem("memory")
+    memory.pipe("/t/ten.bin", b"0123456789")
+    assert read_file_of(memory, "/t/ten.bin", "x", 10, local=False) == b"0123456789"
+    with pytest.raises(UserFileError, match="longer than 9 bytes"):
+        read_file_of(memory, "/t/ten.bin", "x", 9, local=False)
+    (tmp_path / "ten.bin").write_bytes(b"0123456789")
+    assert read_file_of(None, str(tmp_path / "ten.bin"), "x", 10, local=True) == b"0123456789"
+    raised, _ = within(10, lambda: read_file_of(None, fifo, "x", 10, local=True))
+    assert isinstance(raised, UserFileError) and "FIFO" in str(raised)
+    with pytest.raises(FileNotFoundError):
+        read_file_of(None, str(tmp_path / "gone"), "x", 10, local=True)
