@@ -23,6 +23,7 @@ from pipeline.carbon import parse_deadline
 from pipeline.cleaning import CleaningConfig
 from pipeline.plan import PACK_MAX_FILES
 from pipeline.readers import DEFAULT_MAX_RECORD_BYTES, ReadOptions
+from pipeline.record_steps import RECORD_CPU_S, RECORD_WALL_S
 from pipeline.shards import DEFAULT_CODEC, check_codec
 from pipeline.web import WebConfig, parse_filter_options, parse_filters
 from pipeline.web.langid import check_languages
@@ -71,6 +72,13 @@ class PipelineConfig:
                                   "never spans files", manifest=False)  # see for_manifest
     max_record_bytes: int = _f(DEFAULT_MAX_RECORD_BYTES, "records (lines, paragraphs, fields) "
                                "larger than this are quarantined as record_too_large")
+    record_cpu_s: Annotated[float, Parameter(metavar="SECONDS")] = _f(
+        RECORD_CPU_S, "CPU seconds one record's cleaning and web steps may take (~10,000x a "
+        "typical page); a record past it ends its worker and, retried in isolation, is "
+        "quarantined as record_cpu_limit", manifest=False)  # see for_manifest
+    record_wall_s: Annotated[float, Parameter(metavar="SECONDS")] = _f(
+        RECORD_WALL_S, "wall seconds one record may take when its partition is retried record "
+        "by record in isolation (record_time_limit)", manifest=False)  # see for_manifest
     strict: bool = _f(False, "stop at the first bad record, naming file and line, instead of "
                       "quarantining it", manifest=False)
     # -- cleaning ----------------------------------------------------------------------------
@@ -197,6 +205,8 @@ class PipelineConfig:
         if self.files_per_partition < 1:
             raise ValueError("files_per_partition must be at least 1 (1: no packing)")
         positive_seconds("--lease-ttl", self.lease_ttl)  # finite: NaN would never expire
+        positive_seconds("--record-cpu-s", self.record_cpu_s, MAX_RECORD_S)
+        positive_seconds("--record-wall-s", self.record_wall_s, MAX_RECORD_S)
         if self.tokenizer_threads < 1:
             raise ValueError("tokenizer_threads must be at least 1")
         rows = self.minhash_rows or self.minhash_perms // max(1, self.minhash_bands)
@@ -266,6 +276,8 @@ class PipelineConfig:
             out["shard_compression"] = self.shard_compression
         if self.files_per_partition != PACK_MAX_FILES:  # the same: a rerun of files too big
             out["files_per_partition"] = self.files_per_partition  # to pack finds its work
+        limits = {k: d[k] for k, default in _RECORD_LIMITS.items() if d[k] != default}
+        out.update(limits)  # the same: they decide which records are poison
         if self.web_config is not None:  # the same: recorded only when used
             out.update({k: d[k] for k in _WEB_FIELDS})
         return out
@@ -286,6 +298,11 @@ class PipelineConfig:
                          url_blocklist=self.url_blocklist, pii=self.pii == "mask",
                          metadata=metadata)
 
+
+#: record limits and their defaults (recorded in the manifest only when changed)
+_RECORD_LIMITS = {"record_cpu_s": RECORD_CPU_S, "record_wall_s": RECORD_WALL_S}
+#: the longest record limit accepted (a day)
+MAX_RECORD_S = 86_400.0
 
 _WEB_FIELDS = ("languages", "min_lang_score", "filters", "filter_options", "url_blocklist",
                "pii", "web_inputs")

@@ -49,7 +49,7 @@ from pipeline.discovery import default_corpus, discover_table
 from pipeline.filetable import FORMAT_CODES, FileTable
 from pipeline.plan import PartitionPlan, auto_partition_bytes, task_groups
 from pipeline.progress import ProgressBar
-from pipeline.record_steps import RecordLimits, limits_from_env
+from pipeline.record_steps import RecordLimits
 from pipeline.records import StrictModeError
 from pipeline.shard_table import ShardTable
 from pipeline.shards import schema_description
@@ -502,7 +502,7 @@ def _probe_candidates(files: FileTable) -> list[str]:
 def _run(cfg: PipelineConfig, store: ReplicaSet, lease: ReplicaLeases, log: TextIO,
          progress: bool) -> RunSummary:
     start = time.perf_counter()
-    limits = limits_from_env()  # a bad value fails here, before anything starts
+    limits = RecordLimits(cpu_s=cfg.record_cpu_s, wall_s=cfg.record_wall_s)
     meter = carbon.CarbonRun(cfg, log)  # energy from here on; a bad --carbon-signal fails here
     vocab = tokenizing.trained_vocab(cfg.tokenizer)
     tokenizing.check(cfg.tokenizer)

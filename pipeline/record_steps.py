@@ -22,10 +22,8 @@ either.
 
 from __future__ import annotations
 
-import os
 import signal
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -65,30 +63,6 @@ class RecordLimits:
     #: bytes the isolation process may hold (0: the worker's Dask memory limit, else half
     #: the machine's memory): a worker past its own limit is ended by its nanny
     memory_bytes: int = 0
-
-
-#: environment overrides of the limits, named as a ``PipelineConfig`` field's would be
-CPU_ENV = "SHARDFLOW_PIPELINE_RECORD_CPU_S"
-WALL_ENV = "SHARDFLOW_PIPELINE_RECORD_WALL_S"
-
-
-def limits_from_env(env: Mapping[str, str] | None = None) -> RecordLimits:
-    """:class:`RecordLimits` with ``$SHARDFLOW_PIPELINE_RECORD_CPU_S`` and ``..._WALL_S``
-    where set (positive finite seconds; anything else is an error naming the variable)."""
-    env = os.environ if env is None else env
-    values: dict[str, float] = {}
-    for name, field_name in ((CPU_ENV, "cpu_s"), (WALL_ENV, "wall_s")):
-        raw = env.get(name)
-        if raw is None:
-            continue
-        try:
-            value = float(raw)
-        except ValueError:
-            value = float("nan")
-        if not 0 < value < float("inf"):
-            raise ValueError(f"${name} must be a positive number of seconds, not {raw!r}")
-        values[field_name] = value
-    return RecordLimits(**values)
 
 
 class CpuGuard:

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from pipeline.cleaning import CleaningConfig
+from pipeline.config import PipelineConfig
 from pipeline.isolation import IsolatedSteps, lost_attempts, steps_for
 from pipeline.record_steps import (
     TOO_COMPLEX,
     Poisoned,
     RecordLimits,
     RecordSteps,
-    limits_from_env,
 )
 from pipeline.records import Document
 from pipeline.web import WebConfig
@@ -174,14 +174,18 @@ def test_outside_a_worker_nothing_is_armed_or_isolated() -> None:
     assert lost_attempts() == 0
 
 
-def test_limits_from_the_environment() -> None:
-    assert limits_from_env({}) == RecordLimits()
-    assert limits_from_env({"SHARDFLOW_PIPELINE_RECORD_CPU_S": "2.5",
-                            "SHARDFLOW_PIPELINE_RECORD_WALL_S": "9"}) == \
-        RecordLimits(cpu_s=2.5, wall_s=9.0)
-    for bad in ("0", "-1", "nan", "inf", "two"):
-        with pytest.raises(ValueError, match=r"\$SHARDFLOW_PIPELINE_RECORD_CPU_S must be"):
-            limits_from_env({"SHARDFLOW_PIPELINE_RECORD_CPU_S": bad})
+def test_limits_are_config_fields_checked_and_recorded_when_changed() -> None:
+    """``--record-cpu-s`` / ``--record-wall-s`` (or ``SHARDFLOW_PIPELINE_RECORD_CPU_S``):
+    positive finite seconds, in the manifest when not the default (they decide which
+    records are poison, so a rerun with another limit is another build)."""
+    assert "record_cpu_s" not in PipelineConfig().for_manifest()
+    changed = PipelineConfig(record_cpu_s=2.5, record_wall_s=9).for_manifest()
+    assert changed["record_cpu_s"] == 2.5 and changed["record_wall_s"] == 9
+    for bad in (0, -1, float("nan"), float("inf"), 10**9):
+        with pytest.raises(ValueError, match=r"--record-cpu-s must be a finite number"):
+            PipelineConfig(record_cpu_s=bad)
+        with pytest.raises(ValueError, match=r"--record-wall-s must be a finite number"):
+            PipelineConfig(record_wall_s=bad)
 
 
 # -- the scheduler's count, on a real cluster --------------------------------------------------
