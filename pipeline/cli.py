@@ -1,5 +1,5 @@
 """``python -m pipeline``: ``run`` builds a dataset, ``inspect`` summarises one, ``export``
-rewrites one.
+rewrites one, ``steps`` lists the steps a recipe can use.
 
 ``run``'s flags are :class:`pipeline.config.PipelineConfig`'s fields, made into flags by the
 shared mechanism of :mod:`storage.config` (cyclopts), so every knob has a flag, a ``--config``
@@ -20,6 +20,7 @@ from cyclopts import Parameter
 
 from pipeline.config import DEFAULT_OUTPUT, PipelineConfig
 from pipeline.records import InputError, StrictModeError
+from pipeline.steps.contract import StepError
 from pipeline.worker_setup import WorkerImportError
 from storage import (
     VERSIONS_DIR,
@@ -147,6 +148,22 @@ def export(url: Annotated[str, Parameter(name="URL")],
     return 0
 
 
+@app.command
+def steps(*, as_json: Annotated[bool, Parameter(name="--json", negative="")] = False) -> int:
+    """List the steps a recipe can use.
+
+    Every built-in step with its options and their defaults, its modes (filter: drop;
+    annotate: measure and write signals, drop nothing) and the signals it writes as columns
+    <step>.<signal>. A recipe is the config file's [[steps]] (README, 'Recipes'); a user's
+    own step is use = "module:Class".
+    """
+    from pipeline.steps.catalog import describe, render
+
+    entries = describe()
+    print(json.dumps(entries, indent=2) if as_json else render(entries), end="")
+    return 0
+
+
 def _inspect(url: str, where: ReplicaFlags, as_json: bool) -> int:
     store = where.store(url)
     m = store.read_manifest()
@@ -215,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --strict: {exc}", file=sys.stderr)
         return 3
     except (DatasetNotFoundError, ManifestError, QuorumError, ReplicaError, InputError,
-            WorkerImportError, ValueError, OSError) as exc:
+            WorkerImportError, StepError, ValueError, OSError) as exc:
         where = bound.arguments.get("where")
         opts = redact(where.storage_options if where is not None else None)
         hint = f" (storage options: {opts})" if opts else ""

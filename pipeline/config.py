@@ -25,6 +25,9 @@ from pipeline.plan import PACK_MAX_FILES
 from pipeline.readers import DEFAULT_MAX_RECORD_BYTES, ReadOptions
 from pipeline.record_steps import RECORD_CPU_S, RECORD_WALL_S
 from pipeline.shards import DEFAULT_CODEC, check_codec
+from pipeline.steps.checks import resolved
+from pipeline.steps.recipe import Recipe, parse_recipe_json
+from pipeline.steps.shorthand import parse_rule_sets, shorthand_recipe
 from pipeline.web import WebConfig, parse_filter_options, parse_filters
 from pipeline.web.langid import check_languages
 from storage import ReplicaSet, display_url
@@ -108,6 +111,15 @@ class PipelineConfig:
         "in FILE (local or any fsspec URL), one per line (url_blocked)", manifest=False)
     pii: str = _f("none", "'mask': replace e-mail addresses and public IP addresses with "
                   "stand-ins (counted); 'none'", manifest=False)
+    annotate: str = _f("", "rule sets to measure without dropping anything, comma-separated "
+                       "(gopher, c4, fineweb, as --filters): every signal their rules look at "
+                       "becomes a column <rule set>.<signal> beside input_ids", manifest=False)
+    steps: Annotated[str | None, Parameter(metavar="JSON")] = _f(
+        None, "the recipe: the steps between reading and tokenizing, a JSON list of "
+        "{use, name, mode, options...}; usually [[steps]] tables in the --config file (README, "
+        "'Recipes'; `python -m pipeline steps` lists them). Replaces the step flags "
+        "(--filters, --annotate, --languages, --url-blocklist, --pii, the cleaning flags)",
+        manifest=False)
     web_inputs: Annotated[bool, _NOT_A_FLAG] = _f(
         False, "set by the job when any input is WARC/WET", manifest=False, cli=False)
     # -- dedup -------------------------------------------------------------------------------
@@ -221,6 +233,7 @@ class PipelineConfig:
         if self.pii not in ("none", "mask"):
             raise ValueError(f"pii must be 'mask' or 'none', not {self.pii!r}")
         self.web_config  # noqa: B018 - validates --filters and --filter-options
+        self.recipe  # noqa: B018 - validates --annotate, --steps and their mix with flags
         if (self.deadline or self.max_intensity is not None) and not self.carbon_signal:
             raise ValueError("--deadline and --max-intensity need --carbon-signal")
         if self.deadline:
@@ -276,11 +289,35 @@ class PipelineConfig:
             out["shard_compression"] = self.shard_compression
         if self.files_per_partition != PACK_MAX_FILES:  # the same: a rerun of files too big
             out["files_per_partition"] = self.files_per_partition  # to pack finds its work
+        out["steps"] = resolved(self.recipe)  # each step with its version: a changed step
+        # changes the partition keys (its partitions are redone), an unchanged one does not
         limits = {k: d[k] for k, default in _RECORD_LIMITS.items() if d[k] != default}
         out.update(limits)  # the same: they decide which records are poison
         if self.web_config is not None:  # the same: recorded only when used
             out.update({k: d[k] for k in _WEB_FIELDS})
         return out
+
+    @property
+    def recipe(self) -> Recipe:
+        """The steps this run applies: ``--steps`` (or the config file's ``[[steps]]``), else
+        the recipe the step flags describe (:func:`pipeline.steps.shorthand_recipe`)."""
+        languages = check_languages(tuple(sorted(
+            {c.strip().lower() for c in (self.languages or "").split(",") if c.strip()})))
+        if self.steps is not None:
+            given = [f"--{name.replace('_', '-')}" for name, default in _STEP_FLAGS.items()
+                     if getattr(self, name) != default]
+            if given:
+                raise ValueError(f"{', '.join(given)}: with a recipe (steps), give every "
+                                 "step's options in the recipe, not as flags")
+            return Recipe(parse_recipe_json(self.steps), metadata=self.web_inputs)
+        web = self.web_config
+        return shorthand_recipe(
+            self.cleaning, web=web is not None, filters=parse_filters(self.filters),
+            annotate=parse_rule_sets(self.annotate, "--annotate"),
+            filter_options=parse_filter_options(self.filter_options), languages=languages,
+            min_lang_score=self.min_lang_score, identify=web is not None and web.identify,
+            url_blocklist=self.url_blocklist, pii=self.pii == "mask",
+            metadata=web is not None and web.metadata)
 
     @property
     def web_config(self) -> WebConfig | None:
@@ -298,6 +335,12 @@ class PipelineConfig:
                          url_blocklist=self.url_blocklist, pii=self.pii == "mask",
                          metadata=metadata)
 
+
+#: the flags a recipe replaces, and their defaults (a recipe with one of them set is an error)
+_STEP_FLAGS = {"fix_mojibake": True, "min_chars": 1, "max_chars": 0, "min_alpha_frac": 0.0,
+               "max_repeated_line_frac": 1.0, "languages": None, "min_lang_score": 0.65,
+               "filters": "", "filter_options": None, "url_blocklist": None, "pii": "none",
+               "annotate": ""}
 
 #: record limits and their defaults (recorded in the manifest only when changed)
 _RECORD_LIMITS = {"record_cpu_s": RECORD_CPU_S, "record_wall_s": RECORD_WALL_S}

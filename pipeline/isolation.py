@@ -51,11 +51,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.record_steps import Poisoned, RecordLimits, RecordSteps
+from pipeline.steps.columns import Columns
 
 if TYPE_CHECKING:
-    from pipeline.cleaning import CleaningConfig
     from pipeline.records import Document
-    from pipeline.web import WebConfig
+    from pipeline.steps.recipe import Recipe
 
 #: how long a fresh child may take to start (imports, the URL block-list) under load
 START_S = 120.0
@@ -101,8 +101,7 @@ def lost_attempts() -> int:
         return 0
 
 
-def steps_for(cleaning: CleaningConfig, web: WebConfig | None,
-              storage_options: dict[str, Any] | None, limits: RecordLimits,
+def steps_for(recipe: Recipe, storage_options: dict[str, Any] | None, limits: RecordLimits,
               what: str = "") -> RecordSteps | IsolatedSteps:
     """The steps a task runs its records through: in isolation when the scheduler lost a
     worker while it ran this task before (one line on stderr says so, naming ``what``),
@@ -111,8 +110,8 @@ def steps_for(cleaning: CleaningConfig, web: WebConfig | None,
     if lost:
         print(f"shardflow: {what or 'a task'} was lost with {lost} worker(s): its records run "
               "one at a time in isolation", file=sys.stderr, flush=True)
-        return IsolatedSteps(cleaning, web, storage_options, limits)
-    return RecordSteps(cleaning, web, storage_options,
+        return IsolatedSteps(recipe, storage_options, limits)
+    return RecordSteps(recipe, storage_options,
                        cpu_s=limits.cpu_s if guarded_worker() else None)
 
 
@@ -265,28 +264,28 @@ class IsolatedSteps:
     child process under ``limits``: a record that ends the child raises :class:`Poisoned`
     (its steps counted nothing), and the next record gets a fresh child."""
 
-    def __init__(self, cleaning: CleaningConfig, web: WebConfig | None,
-                 storage_options: dict[str, Any] | None, limits: RecordLimits) -> None:
-        from pipeline.web import META_COLUMNS
-
-        self.init = {"cleaning": cleaning, "web": web, "storage_options": storage_options,
+    def __init__(self, recipe: Recipe, storage_options: dict[str, Any] | None,
+                 limits: RecordLimits) -> None:
+        self.init = {"recipe": recipe, "storage_options": storage_options,
                      "cpu_s": limits.cpu_s}
         self.limits = limits
         self.memory = memory_limit(limits)
-        self.metadata = web is not None and web.metadata
+        self.metadata = recipe.metadata
         self.dropped: Counter[str] = Counter()
         self.changed: Counter[str] = Counter()
         self.poisoned = 0
         self._child: _Child | None = None
-        self._names = META_COLUMNS
-        self._last: dict[str, list[Any]] | None = None
-        self._columns: list[list[Any]] = [[] for _ in META_COLUMNS]
+        self._last: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+        #: the shard's columns, gathered here (the child's declared signals: its first answer)
+        self.columns: Columns | None = None
 
     def _ask(self, message: Any, wall_s: float) -> Any:
         if self._child is None:
             self._child = _Child(self.init)
             try:
-                self._check(self._child.ask(("ready",), START_S, self.memory))
+                ready = self._check(self._child.ask(("ready",), START_S, self.memory))
+                if self.columns is None:
+                    self.columns = Columns(self.metadata, ready[1])
             except _Ended as ended:
                 self._child = None
                 raise RuntimeError(f"the isolation process did not start: {ended.detail}") \
@@ -320,16 +319,16 @@ class IsolatedSteps:
         """Nothing to do: the guard is the child's."""
 
     def keep(self) -> None:
-        if self._last is not None:
-            for name, column in zip(self._names, self._columns, strict=True):
-                column += self._last[name]
+        if self._last is not None and self.columns is not None:
+            self.columns.add(*self._last)
 
-    def take(self) -> dict[str, list[Any]] | None:
-        if not self.metadata:
+    def signal_types(self) -> dict[str, str]:
+        return self.columns.described() if self.columns is not None else {}
+
+    def take(self) -> dict[str, Any] | None:
+        if self.columns is None:  # no record reached a child: nothing kept
             return None
-        out = dict(zip(self._names, self._columns, strict=True))
-        self._columns = [[] for _ in self._names]
-        return out
+        return self.columns.take()
 
     def close(self) -> None:
         if self._child is not None:

@@ -24,17 +24,14 @@ from pipeline.record_steps import Poisoned, RecordSteps
 
 
 def _answer(steps: RecordSteps, doc: Any) -> tuple[Any, ...]:
-    before_dropped, before_changed = steps.dropped, steps.changed
+    before_dropped, before_changed = Counter(steps.dropped), Counter(steps.changed)
     try:
         text = steps(doc)
     except Poisoned as bad:
         return ("poisoned", bad.reason, bad.detail)
     finally:
         steps.idle()
-    columns = None
-    if text is not None:
-        steps.keep()
-        columns = steps.take()
+    columns = steps.last if text is not None else None
     dropped: Counter[str] = steps.dropped - before_dropped
     changed: Counter[str] = steps.changed - before_changed
     return ("ok", text, columns, dict(dropped), dict(changed))
@@ -54,7 +51,7 @@ def main(argv: list[str]) -> int:
     steps: RecordSteps | None = None
     failed: tuple[str, str, str] | None = None
     try:  # a failure here (an unreadable block-list) is the answer to every message
-        steps = RecordSteps(init["cleaning"], init["web"], init["storage_options"],
+        steps = RecordSteps(init["recipe"], init["storage_options"],
                             cpu_s=init["cpu_s"])
     except Exception as exc:
         failed = _error(exc)
@@ -67,7 +64,7 @@ def main(argv: list[str]) -> int:
         if failed is not None or steps is None:
             reply = failed or ("error", "no steps", "")
         elif message[0] == "ready":
-            reply = ("ready",)
+            reply = ("ready", steps.chain.declared)
         else:
             try:
                 reply = _answer(steps, message[1])

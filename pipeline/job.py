@@ -63,6 +63,7 @@ from pipeline.stages import (
     phase_two_each,
     sample_texts,
 )
+from pipeline.steps.checks import check_on_workers
 from pipeline.window import TaskWindow
 from pipeline.worker_checks import check_not_all_unreadable, probe_inputs, watch
 from storage import (
@@ -150,13 +151,16 @@ def build_manifest(cfg: PipelineConfig, tok: tokenizing.TokenizerSpec,
         "bytes": totals.bytes,
         "partitions": ones.n,
     }
+    if ones.signals:  # the columns the steps wrote, each with the step that wrote it
+        stats["signals"] = {name: {"type": kind, "step": name.partition(".")[0]}
+                            for name, kind in ones.signals.items()}
     return Manifest(
         tokenizer=TokenizerInfo(name=tok.name, path=tokenizer_name(tok.sha256), sha256=tok.sha256,
                                 vocab_size=tok.vocab_size, eos_id=tok.eos_id,
                                 eos_token=tok.eos_token, bytes=len(tok.json.encode("utf-8"))),
         shards=(), schema=schema_description(
             tokens.token_dtype(tok.vocab_size),
-            cfg.web_config is not None and cfg.web_config.metadata),
+            cfg.web_config is not None and cfg.web_config.metadata, ones.signals),
         config=cfg.for_manifest(), stats=stats,
         quarantine=ones.quarantines(),
     )
@@ -177,8 +181,8 @@ def _train_tokenizer(client: Client, cfg: PipelineConfig, plan: PartitionPlan,
     """Train on the first ``tokenizer_sample_bytes / P`` characters of every partition."""
     quota = max(1, cfg.tokenizer_sample_bytes // max(1, len(plan)))
     samples = window.map(lambda i: client.submit(
-        sample_texts, plan[i], cfg.read_options, cfg.cleaning, quota,
-        HiddenOptions(cfg.storage_options), cfg.web_config, limits, pure=False,
+        sample_texts, plan[i], cfg.read_options, cfg.recipe, quota,
+        HiddenOptions(cfg.storage_options), limits, pure=False,
         retries=cfg.retries), range(len(plan)))
     texts = [t for sample in samples for t in sample]  # partition order: deterministic
     return tokenizing.train_bpe(texts, vocab)
@@ -291,7 +295,7 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
                          tok.vocab_size, tok.eos_id, cfg.encode_batch_docs,
                          cfg.row_group_tokens, cfg.strict, cfg.storage_options,
                          web=cfg.web_config, shard_compression=cfg.shard_compression,
-                         limits=limits)
+                         limits=limits, recipe=cfg.recipe)
     # Each marker kept as its counts (by partition, in arrays) as its ledger is read: the
     # dict of whole markers held every rows file's row groups (~70 GB at 100 TB), ~3 KB a
     # partition even without them (~30 GB at 10 M partitions of small files).
@@ -540,6 +544,7 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: ReplicaLeases, log: Text
         n = len(client.scheduler_info(n_workers=-1).get("workers", {}))
         print(f"dask: {n} workers, dashboard {dashboard}", file=log)
         probe_inputs(client, _probe_candidates(files), cfg.storage_options, log)  # before writes
+        check_on_workers(client, cfg.recipe)  # a user step no worker can import: said here
         window = TaskWindow(client)
         meter.attach(client, window, total_bytes, window.threads())  # may gate the window
         tok = (loading.result() if loading else

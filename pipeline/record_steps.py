@@ -1,13 +1,14 @@
 """What phase 1 does to one record between the reader and the tokenizer, and its limits.
 
-The steps are the cleaner, or the web steps around it (URL block-list, HTML extraction,
-cleaner, language, rules, PII: :class:`pipeline.web.WebSteps`). They are the part of a
+The steps are the run's recipe (:mod:`pipeline.steps`: the cleaner, or the web steps around
+it, and any user steps), run by :class:`pipeline.steps.chain.StepChain`. They are the part of a
 record's work that depends on what the record holds, and where a hostile record can cost
 without bound (a parser in C holding the GIL, a regular expression), so they run with two
 limits, the same in a worker and in isolation (:mod:`pipeline.isolation`):
 
 - **complexity**: an HTML page nested too deeply for the extractor is refused before it is
-  extracted (:func:`pipeline.web.extract.refusal`), as :data:`TOO_COMPLEX`;
+  extracted (:func:`pipeline.web.extract.refusal`, in the ``extract`` step), as
+  :data:`TOO_COMPLEX`;
 - **CPU time**: in a one-thread Dask worker (the default), a record whose steps run past
   ``cpu_s`` seconds of the process's CPU time ends the process (``SIGPROF``: the kernel's
   timer, which needs no GIL). Dask then runs the partition again, and that attempt runs each
@@ -27,29 +28,21 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pipeline.cleaning import Cleaner, CleaningConfig
+from pipeline.steps.chain import StepChain
+from pipeline.steps.contract import Poisoned
+from pipeline.steps.recipe import Recipe
+from pipeline.steps.web import TOO_COMPLEX
 
 if TYPE_CHECKING:
     from pipeline.records import Document
-    from pipeline.web import WebConfig
 
-#: quarantine reason of a page refused by the complexity check
-TOO_COMPLEX = "extract_too_complex"
+__all__ = ["TOO_COMPLEX", "CpuGuard", "Poisoned", "RecordLimits", "RecordSteps"]
 #: the CPU time one record's steps may take: ~10,000x a typical page's (6 ms), 4x the costliest
 #: legitimate record measured (8 MB of text through gopher_repetition: 14.7 s), 25x the worst
 #: page the complexity check admits (8 MB of 125-deep chains: 2.3 s)
 RECORD_CPU_S = 60.0
 #: the wall time one record may take in isolation (a record that waits without using CPU)
 RECORD_WALL_S = 300.0
-
-
-class Poisoned(Exception):
-    """A record refused by a limit: quarantined under ``reason`` with ``detail``."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
 
 
 @dataclass(frozen=True)
@@ -87,93 +80,57 @@ class CpuGuard:
             self.armed = False
 
 
-_WARMED: set[str] = set()
-
-
-def warm_up(web: WebConfig | None) -> None:
-    """Load, once per process, what the web steps load on first use (the HTML parser and
-    extractor, the language model: ~0.5 s of CPU), so that the first record's CPU time is its
-    own, in a worker as in isolation."""
-    if web is None:
-        return
-    if "parser" not in _WARMED:
-        from pipeline.web.extract import html_to_text
-
-        html_to_text("<html><body><p>Warming up the parser.</p></body></html>")
-        _WARMED.add("parser")
-    if (web.languages or web.identify) and "langid" not in _WARMED:
-        from pipeline.web.langid import identify
-
-        identify("Warming up the language model.")
-        _WARMED.add("langid")
-
-
 class RecordSteps:
-    """The steps in this process. ``cpu_s``: arm a :class:`CpuGuard` at each record (only
-    where ending the process is how a record is stopped: a Dask worker, the isolation child).
+    """The recipe's steps in this process. ``cpu_s``: arm a :class:`CpuGuard` at each record
+    (only where ending the process is how a record is stopped: a Dask worker, the isolation
+    child).
 
     The guard is re-armed at each record and disarmed by :meth:`idle` (phase 1 calls it
     before each tokenizer batch and at the end): one system call a record, ~1 us."""
 
-    def __init__(self, cleaning: CleaningConfig, web: WebConfig | None = None,
-                 storage_options: dict[str, Any] | None = None,
+    def __init__(self, recipe: Recipe, storage_options: dict[str, Any] | None = None,
                  cpu_s: float | None = None) -> None:
-        from pipeline.web import WebSteps
-
-        self.cleaner = Cleaner(cleaning)
-        self.web = WebSteps(web, storage_options) if web is not None else None
+        self.chain = StepChain(recipe, storage_options)
+        self.columns = self.chain.columns()
         self.guard = CpuGuard(cpu_s)
         if self.guard.on:
-            warm_up(web)
+            self.chain.warm_up()
 
     def __call__(self, doc: Document) -> str | None:
         """The record's text after the steps, ``None`` when a step drops it (counted);
-        raises :class:`Poisoned` for a page too complex to extract."""
+        raises :class:`Poisoned` for a record a step refuses or raises on."""
         self.guard.arm()
-        if self.web is None:
-            return self.cleaner(doc.text)
-        if doc.kind == "html" and not self._blocked(doc):
-            from pipeline.web.extract import refusal
-
-            why = refusal(doc.text)
-            if why is not None:
-                raise Poisoned(TOO_COMPLEX, why)
-        return self.web(doc, self.cleaner)
-
-    def _blocked(self, doc: Document) -> bool:
-        """Whether the web steps drop ``doc`` by its URL before extracting it (its complexity
-        is then not looked at: it is counted as ``url_blocked``, as without the check)."""
-        if self.web is None or not self.web.blocklist:
-            return False
-        from pipeline.web.urls import blocked
-
-        return blocked(doc.url, self.web.blocklist)
+        return self.chain(doc)
 
     def idle(self) -> None:
         """No record's steps run until the next call: the CPU guard is off."""
         self.guard.disarm()
 
-    def keep(self) -> None:
-        """The last document that passed is kept (its metadata goes to the next batch)."""
-        if self.web is not None:
-            self.web.keep()
+    @property
+    def last(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The last document that passed: its metadata row and signals."""
+        return self.chain.last
 
-    def take(self) -> dict[str, list[Any]] | None:
-        """The metadata columns of the documents kept since the last call (``None``: none
-        are written)."""
-        return self.web.take() if self.web is not None else None
+    def keep(self) -> None:
+        """The last document that passed is kept (its columns go to the next batch)."""
+        self.columns.add(*self.chain.last)
+
+    def take(self) -> dict[str, Any] | None:
+        """The columns of the documents kept since the last call (``None``: only tokens)."""
+        return self.columns.take()
+
+    def signal_types(self) -> dict[str, str]:
+        """The signal columns written so far and their Parquet types."""
+        return self.columns.described()
 
     @property
     def dropped(self) -> Counter[str]:
-        return self.cleaner.dropped + (self.web.dropped if self.web else Counter())
+        return self.chain.dropped
 
     @property
     def changed(self) -> Counter[str]:
-        return self.cleaner.changed + (self.web.changed if self.web else Counter())
+        return self.chain.changed
 
     def close(self) -> None:
         self.idle()
-        if self.web is not None:
-            from pipeline.web.extract import forget
-
-            forget()
+        self.chain.close()

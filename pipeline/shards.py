@@ -16,6 +16,7 @@ import contextlib
 import io
 import tempfile
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -36,6 +37,7 @@ META_FIELDS = (pa.field("url", pa.string()), pa.field("date", pa.string()),
                pa.field("source", pa.string()), pa.field("lang", pa.string()),
                pa.field("lang_score", pa.float32()))
 META_SCHEMA = pa.schema([*SCHEMA, *META_FIELDS])
+META_NAMES = frozenset(f.name for f in META_FIELDS)
 #: ids of vocabularies up to 65,536 entries (GPT-2's is 50,257)
 GPT2_DTYPE = np.dtype("<u2")
 #: the shard codecs (``--shard-compression``, pyarrow's names; "lz4" is written as LZ4_RAW)
@@ -67,11 +69,14 @@ def shard_codec(meta: pq.FileMetaData) -> str:
     return _CODEC_OF_METADATA[name]
 
 
-def schema_description(dtype: np.dtype, metadata: bool = False) -> dict[str, str]:
-    """The manifest's ``schema``: column names to their types / token encodings."""
+def schema_description(dtype: np.dtype, metadata: bool = False,
+                       signals: dict[str, str] | None = None) -> dict[str, str]:
+    """The manifest's ``schema``: column names to their types / token encodings (the steps'
+    signal columns last)."""
     out = {"doc_id": "string", "input_ids": tokens.encoding_name(dtype)}
     if metadata:
         out.update({f.name: str(f.type) for f in META_FIELDS})
+    out.update(signals or {})
     return out
 
 
@@ -88,13 +93,42 @@ def token_column(ids: Sequence[np.ndarray], dtype: np.dtype) -> pa.BinaryArray:
 
 
 def shard_table(doc_ids: Sequence[str] | pa.Array, input_ids: pa.BinaryArray,
-                meta: dict[str, list] | None = None) -> pa.Table:
-    """A shard's rows; ``meta``: the metadata columns (:data:`META_FIELDS`) by name."""
+                columns: dict[str, Any] | None = None) -> pa.Table:
+    """A shard's rows. ``columns``: the web metadata columns (:data:`META_FIELDS`, lists by
+    name) when ``url`` is among them, and the steps' signal columns (Arrow arrays named
+    ``<step>.<signal>``), which follow in their order."""
     ids = doc_ids if isinstance(doc_ids, pa.Array) else pa.array(list(doc_ids), pa.string())
-    if meta is None:
+    if not columns:
         return pa.Table.from_arrays([ids, input_ids], schema=SCHEMA)
-    extra = [pa.array(meta[f.name], f.type) for f in META_FIELDS]
-    return pa.Table.from_arrays([ids, input_ids, *extra], schema=META_SCHEMA)
+    meta = "url" in columns
+    arrays = [ids, input_ids]
+    fields = list(SCHEMA)
+    if meta:
+        arrays += [pa.array(columns[f.name], f.type) for f in META_FIELDS]
+        fields += META_FIELDS
+    for name, values in columns.items():
+        if meta and name in META_NAMES:
+            continue
+        arrays.append(values)
+        fields.append(pa.field(name, values.type))
+    schema = META_SCHEMA if len(fields) == len(META_SCHEMA) and meta else pa.schema(fields)
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def shard_schema(read: pa.Schema) -> pa.Schema:
+    """The schema a shard was written with, from the one Parquet gives back on reading it
+    (phase 2 writes a shard again without its duplicates, with the same columns)."""
+    names = read.names
+    fields = list(SCHEMA)
+    if "url" in names:
+        fields += META_FIELDS
+    known = {f.name for f in fields}
+    fields += [pa.field(n, read.field(n).type) for n in names if n not in known]
+    if len(fields) == len(SCHEMA):
+        return SCHEMA
+    if len(fields) == len(META_SCHEMA) and "url" in names:
+        return META_SCHEMA
+    return pa.schema(fields)
 
 
 class ShardWriter:
@@ -108,22 +142,29 @@ class ShardWriter:
     """
 
     def __init__(self, dtype: np.dtype, target_rg_tokens: int,
-                 schema: pa.Schema = SCHEMA, compression: str = DEFAULT_CODEC) -> None:
+                 schema: pa.Schema | None = SCHEMA, compression: str = DEFAULT_CODEC) -> None:
+        """``schema``: ``None`` takes the first table's (a shard whose signal columns are
+        known only once its first batch is)."""
         self.dtype, self.target = np.dtype(dtype), target_rg_tokens
         self.encoding = tokens.encoding_name(self.dtype)
         self.compression = check_codec(compression)
         self._file = tempfile.TemporaryFile()  # noqa: SIM115 - closed by finish/close
-        # Token ids are stored plain (no dictionary: it buys nothing after zstd and costs a
-        # decode step); pages of 1 MiB keep decoding in large runs.
-        self._writer = pq.ParquetWriter(self._file, schema, compression=compression,
-                                        compression_level=SHARD_CODECS[compression],
-                                        use_dictionary=["doc_id", "lang"],
-                                        data_page_size=1 << 20, write_statistics=False,
-                                        store_schema=False)
+        self._writer: pq.ParquetWriter | None = None
+        if schema is not None:
+            self._open(schema)
         self._pending: list[pa.Table] = []
         self._counts = np.zeros(0, dtype=np.int64)
         #: (rows, tokens) of each row group written
         self.groups: list[tuple[int, int]] = []
+
+    def _open(self, schema: pa.Schema) -> None:
+        # Token ids are stored plain (no dictionary: it buys nothing after zstd and costs a
+        # decode step); pages of 1 MiB keep decoding in large runs.
+        self._writer = pq.ParquetWriter(self._file, schema, compression=self.compression,
+                                        compression_level=SHARD_CODECS[self.compression],
+                                        use_dictionary=["doc_id", "lang"],
+                                        data_page_size=1 << 20, write_statistics=False,
+                                        store_schema=False)
 
     @property
     def rows(self) -> int:
@@ -133,6 +174,8 @@ class ShardWriter:
         """Append documents (``counts``: their tokens, computed from the table if not given)."""
         if not table.num_rows:
             return
+        if self._writer is None:
+            self._open(table.schema)
         if counts is None:
             counts = tokens.lengths(table.column("input_ids"), self.encoding)
         self._pending.append(table)
@@ -156,6 +199,7 @@ class ShardWriter:
         self._counts = self._counts[lo:]
 
     def _write(self, table: pa.Table, n_tokens: int) -> None:
+        assert self._writer is not None
         self._writer.write_table(table, row_group_size=table.num_rows)
         self.groups.append((table.num_rows, n_tokens))
 
@@ -165,6 +209,9 @@ class ShardWriter:
             self._write(pa.concat_tables(self._pending).combine_chunks(),
                         int(self._counts.sum()))
         self._pending, self._counts = [], np.zeros(0, dtype=np.int64)
+        if self._writer is None:  # no rows: an empty shard of the plain schema
+            self._open(SCHEMA)
+        assert self._writer is not None
         self._writer.close()
         with self._file:
             self._file.seek(0)
@@ -174,7 +221,8 @@ class ShardWriter:
     def close(self) -> None:
         """Drop an unfinished shard (its temporary file goes with it)."""
         with contextlib.suppress(Exception):
-            self._writer.close()
+            if self._writer is not None:
+                self._writer.close()
         self._file.close()
 
     def __enter__(self) -> ShardWriter:

@@ -44,12 +44,13 @@ from pipeline.record_steps import Poisoned, RecordLimits
 from pipeline.records import Document, Rejected, raw_preview
 from pipeline.shards import (
     DEFAULT_CODEC,
-    META_SCHEMA,
-    SCHEMA,
     ShardWriter,
     shard_codec,
+    shard_schema,
     shard_table,
 )
+from pipeline.steps.recipe import Recipe
+from pipeline.steps.shorthand import recipe_of
 from pipeline.web import WebConfig
 from storage import (
     ObjectInfo,
@@ -90,6 +91,12 @@ class StageParams:
     shard_compression: str = DEFAULT_CODEC
     #: what one record's steps may cost (:mod:`pipeline.record_steps`, :mod:`pipeline.isolation`)
     limits: RecordLimits = field(default_factory=RecordLimits)
+    #: the steps (:mod:`pipeline.steps`); ``None``: the recipe of ``cleaning`` and ``web``
+    recipe: Recipe | None = None
+
+    @property
+    def steps(self) -> Recipe:
+        return self.recipe if self.recipe is not None else recipe_of(self.cleaning, self.web)
 
 
 @dataclass(frozen=True)
@@ -157,7 +164,7 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
     tok_json = _tokenizer_json(store, p.tokenizer_sha256)
     hasher = _minhasher(*p.minhash) if p.near_dup else None
     # in the worker, or in isolation when an earlier attempt was lost with its worker
-    steps = steps_for(p.cleaning, p.web, p.storage_options, p.limits,
+    steps = steps_for(p.steps, p.storage_options, p.limits,
                       f"phase 1 of partition {part.index} ({display_url(part.url)})")
     dtype = tokens.token_dtype(p.vocab_size)
     rejected: list[dict[str, str]] = []
@@ -187,8 +194,8 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
         doc_ids, batch, batch_chars, keys, positions, kinds = [], [], 0, [], [], []
         sketches = []
 
-    schema = META_SCHEMA if p.web is not None and p.web.metadata else SCHEMA
-    with ShardWriter(dtype, p.row_group_tokens, schema, p.shard_compression) as writer:
+    # the shard's columns (tokens, web metadata, signals) come with its first batch
+    with ShardWriter(dtype, p.row_group_tokens, None, p.shard_compression) as writer:
         spool = work.ArraySpool(ENTRY)
         sketch_spool = work.ArraySpool(np.uint8)
         sketches_sha256 = ""
@@ -250,7 +257,7 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
         tokens=n_tokens, dropped=dict(steps.dropped), changed=dict(steps.changed),
         quarantined=dict(Counter(r["reason"] for r in rejected)), quarantine=quarantine,
         shard=shard, keys_sha256=keys_sha256, sketches_sha256=sketches_sha256,
-        durable=not scratch.primary.is_local)
+        durable=not scratch.primary.is_local, signals=steps.signal_types() if rows else {})
     work.put_json(scratch, work.done1_path(key), work.marker(result))
     return result
 
@@ -321,7 +328,7 @@ def _without(scratch: ReplicaSet, one: work.PhaseOne, dropped: np.ndarray, dtype
         scratch.get(work.rows_path(one.key), sha256=one.shard.sha256)))
     keep = np.ones(source.metadata.num_rows, dtype=bool)
     keep[dropped] = False
-    schema = META_SCHEMA if "url" in source.schema_arrow.names else SCHEMA
+    schema = shard_schema(source.schema_arrow)
     with ShardWriter(dtype, row_group_tokens, schema, shard_codec(source.metadata)) as writer:
         at = 0
         for i in range(source.num_row_groups):
@@ -344,12 +351,12 @@ def phase_two_each(ones: list[work.PhaseOne], run_key: str, store: ReplicaSet,
     return [phase_two(one, run_key, store, row_group_tokens, vocab_size) for one in ones]
 
 
-def sample_texts(part: Partition, read: ReadOptions, cleaning: CleaningConfig, quota: int,
-                 options: HiddenOptions, web_config: WebConfig | None = None,
-                 limits: RecordLimits | None = None) -> list[str]:
-    """The first ``quota`` characters of cleaned documents: a tokenizer-training sample.
-    Records run under the same limits as phase 1's (a refused one is left out)."""
-    steps = steps_for(cleaning, web_config, options.value, limits or RecordLimits(),
+def sample_texts(part: Partition, read: ReadOptions, recipe: Recipe, quota: int,
+                 options: HiddenOptions, limits: RecordLimits | None = None) -> list[str]:
+    """The first ``quota`` characters of documents after the recipe's steps: a
+    tokenizer-training sample. Records run under the same limits as phase 1's (a refused one
+    is left out)."""
+    steps = steps_for(recipe, options.value, limits or RecordLimits(),
                       f"the tokenizer sample of partition {part.index}")
     out: list[str] = []
     size = 0

@@ -61,6 +61,8 @@ class PhaseOne:
     resumed: bool = False
     #: ``--strict`` only: the first bad record, which stops the run (nothing was written)
     error: str | None = None
+    #: the steps' signal columns in its shard: name -> Parquet type (``{}``: none)
+    signals: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PhaseOne:
@@ -103,6 +105,8 @@ class PhaseOneResults:
         self.quarantined: Counter[str] = Counter()
         #: partition index -> its quarantine object (only partitions that have one)
         self.quarantine: dict[int, ObjectInfo] = {}
+        #: every shard's signal columns and their types
+        self.signals: dict[str, str] = {}
 
     def add(self, one: PhaseOne) -> None:
         if one.rows >= 2**32 and self.rows.dtype != np.int64:
@@ -117,6 +121,7 @@ class PhaseOneResults:
         self.quarantined.update(one.quarantined)
         if one.quarantine:
             self.quarantine[one.index] = one.quarantine
+        merge_signals(self.signals, one.signals, one.index)
 
     def quarantines(self) -> tuple[ObjectInfo, ...]:
         """The quarantine objects in partition order."""
@@ -128,7 +133,20 @@ class PhaseOneResults:
         return PhaseOne(-1, "", docs_in=self.docs_in, rows=int(self.rows.sum()),
                         tokens=self.tokens, dropped=dict(self.dropped),
                         changed=dict(self.changed), quarantined=dict(self.quarantined),
-                        quarantine=q[0] if q else None)
+                        quarantine=q[0] if q else None, signals=dict(self.signals))
+
+
+def merge_signals(into: dict[str, str], more: dict[str, str], index: int) -> None:
+    """Fold one shard's signal columns into the dataset's: a column two shards give two
+    types is an error naming it (a step that writes a value of another type elsewhere)."""
+    for name, kind in more.items():
+        known = into.setdefault(name, kind)
+        if known != kind:
+            if {known, kind} == {"int64", "double"}:
+                into[name] = "double"  # an int column in one shard, floats in another
+                continue
+            raise ValueError(f"signal {name!r} (step {name.partition('.')[0]!r}) is {kind} "
+                             f"in partition {index}'s shard and {known} in another's")
 
 
 class PhaseOneState:
@@ -155,6 +173,8 @@ class PhaseOneState:
         #: (field, reason) -> count per partition (a reason's column is made when first seen)
         self.counts: dict[tuple[str, str], np.ndarray] = {}
         self.quarantine: dict[int, ObjectInfo] = {}
+        #: the signal columns of every marker read (not per partition: a handful)
+        self.signals: dict[str, str] = {}
 
     def put(self, index: int, one: PhaseOne | None) -> None:
         """Partition ``index``'s marker (``None``: present but not reusable: redo it)."""
@@ -178,6 +198,7 @@ class PhaseOneState:
                 column[index] = count
         if one.quarantine is not None:
             self.quarantine[index] = one.quarantine
+        merge_signals(self.signals, one.signals, index)
 
     def get(self, index: int) -> PhaseOne | None:
         """Partition ``index``'s counts as a :class:`PhaseOne` (``None``: nothing reusable)."""
@@ -191,7 +212,7 @@ class PhaseOneState:
         return PhaseOne(index, "", docs_in=int(self.docs_in[index]),
                         rows=int(self.rows[index]), tokens=int(self.tokens[index]),
                         quarantine=self.quarantine.get(index), durable=kind == self.SYNCED,
-                        resumed=True, **per)
+                        resumed=True, signals=dict(self.signals), **per)
 
 
 class PhaseTwoResults:

@@ -222,7 +222,7 @@ def _field_name(argument: Any) -> str | None:
     return None
 
 
-def _table_json(value: dict[str, Any], path: str, name: str) -> str:
+def _table_json(value: dict[str, Any] | list[Any], path: str, name: str) -> str:
     """A config file's table (``storage_options = {...}``) as the JSON its flag takes. TOML
     and YAML have dates and times, which JSON has not: an error naming the key (quote the
     value to pass it as a string), never a ``TypeError`` from ``json.dumps``."""
@@ -257,8 +257,11 @@ class FileSource:
             argument = by_name[name]
             if argument.tokens:
                 continue  # the flag wins
-            if isinstance(value, dict):
-                value = _table_json(value, path, name)  # parsed like the flag's JSON
+            if isinstance(value, dict) or (isinstance(value, list) and value and all(
+                    isinstance(v, dict) for v in value)):
+                # a table, or a list of tables (a recipe's [[steps]]): parsed like the flag's
+                # JSON
+                value = _table_json(value, path, name)
             if argument.field_info.kind is argument.field_info.VAR_POSITIONAL:
                 values = value if isinstance(value, list) else [value]
                 for i, v in enumerate(values):

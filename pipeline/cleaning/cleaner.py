@@ -70,6 +70,17 @@ class Cleaner:
         can create work for another in it (mojibake and NFC need non-ASCII characters, the
         whitespace step creates no controls, and each step is idempotent on its own).
         """
+        text = self.rewrite(text)
+        reason = self.rejection(text)
+        if reason is not None:
+            self.dropped[reason] += 1
+            return None
+        self.kept += 1
+        return text
+
+    def rewrite(self, text: str) -> str:
+        """The text after the rewrites, run to a fixed point (see :meth:`__call__`); what
+        changed is counted."""
         changed: set[str] = set()
         for _ in range(MAX_PASSES):
             before = text
@@ -80,10 +91,13 @@ class Cleaner:
                     text = new
             if text == before or text.isascii():
                 break
-        self.changed.update(changed)
+        if changed:
+            self.changed.update(changed)
+        return text
+
+    def rejection(self, text: str) -> str | None:
+        """The first filter's name that drops ``text`` (not counted here), or ``None``."""
         for name, keep in self.filters:
             if not keep(text):
-                self.dropped[name] += 1
-                return None
-        self.kept += 1
-        return text
+                return name
+        return None

@@ -6,9 +6,8 @@ drops and why. The readers for WARC/WET are :mod:`pipeline.readers.warc`.
 from pipeline.web.steps import (
     META_COLUMNS,
     WebConfig,
-    WebSteps,
     parse_filter_options,
     parse_filters,
 )
 
-__all__ = ["META_COLUMNS", "WebConfig", "WebSteps", "parse_filter_options", "parse_filters"]
+__all__ = ["META_COLUMNS", "WebConfig", "parse_filter_options", "parse_filters"]

@@ -1,7 +1,7 @@
-"""The web steps of phase 1, in FineWeb's order: URL block-list, HTML -> main text, (the
-cleaner), language ID, the heuristic rule sets, PII masking. Each step counts what it drops
-and why (``dropped``: the run summary's and the manifest's ``stats.dropped``) and what it
-changed (``changed``), the way :class:`pipeline.cleaning.Cleaner` does.
+"""The web flags' configuration: which web steps a run applies (:class:`WebConfig`), and
+``--filters`` / ``--filter-options`` parsed and checked. The steps themselves are
+:mod:`pipeline.steps.web` and :mod:`pipeline.steps.rules`; :mod:`pipeline.steps.shorthand`
+makes the recipe these flags describe.
 
 Rule sets (``--filters``): ``gopher`` (= ``gopher_repetition`` + ``gopher_quality``), ``c4``,
 ``fineweb``; they always run in that order (FineWeb's), whatever order they are named in.
@@ -13,19 +13,13 @@ counted as ``<rule set>.<reason>`` with datatrove's reason names.
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pipeline.web.c4 import C4Quality
 from pipeline.web.fineweb import FineWebQuality
 from pipeline.web.gopher import GopherQuality, GopherRepetition
 from pipeline.web.option_types import typed_option
-from pipeline.web.text import Text
-
-if TYPE_CHECKING:
-    from pipeline.cleaning import Cleaner
-    from pipeline.records import Document
 
 #: rule sets in the order they run
 RULE_SETS: dict[str, type] = {
@@ -39,8 +33,9 @@ ALIASES = {"gopher": ("gopher_repetition", "gopher_quality")}
 META_COLUMNS = ("url", "date", "source", "lang", "lang_score")
 
 
-def parse_filters(spec: str) -> tuple[str, ...]:
-    """``"gopher,c4"`` -> the rule sets to run, in their running order."""
+def parse_filters(spec: str, what: str = "filter") -> tuple[str, ...]:
+    """``"gopher,c4"`` -> the rule sets to run, in their running order (``what``: how an
+    unknown name is called in the error: ``--filters``' or ``--annotate``'s)."""
     names: set[str] = set()
     for raw in spec.split(","):
         name = raw.strip().lower()
@@ -52,7 +47,7 @@ def parse_filters(spec: str) -> tuple[str, ...]:
             names.add(name)
         else:
             known = ", ".join([*ALIASES, *RULE_SETS])
-            raise ValueError(f"unknown filter {name!r} (known: {known})")
+            raise ValueError(f"unknown {what} {name!r} (known: {known})")
     return tuple(n for n in RULE_SETS if n in names)
 
 
@@ -100,98 +95,4 @@ class WebConfig:
             prefix = name + "."
             opts = {k[len(prefix):]: v for k, v in self.filter_options if k.startswith(prefix)}
             out.append((name, replace(RULE_SETS[name](), **opts)))
-        return out
-
-
-class WebSteps:
-    """Run the web steps on documents, keeping counts and each kept document's metadata."""
-
-    def __init__(self, cfg: WebConfig, storage_options: dict[str, Any] | None = None) -> None:
-        from pipeline.web.urls import load_blocklist
-
-        self.cfg = cfg
-        self.rules = cfg.rules()
-        self.blocklist = (load_blocklist(cfg.url_blocklist, storage_options)
-                          if cfg.url_blocklist else frozenset())
-        self.languages = frozenset(cfg.languages)
-        self.dropped: Counter[str] = Counter()
-        self.changed: Counter[str] = Counter()
-        self._last: tuple[Any, ...] = (None,) * len(META_COLUMNS)
-        self._columns: list[list[Any]] = [[] for _ in META_COLUMNS]
-
-    def __call__(self, doc: Document, cleaner: Cleaner) -> str | None:
-        """The document's text after every step, or ``None`` when a step drops it."""
-        from pipeline.web.urls import blocked
-
-        if self.blocklist and blocked(doc.url, self.blocklist):
-            return self._drop("url_blocked")
-        text: str | None = doc.text
-        if doc.kind.startswith("other"):
-            return self._drop("not_html")
-        if doc.kind == "html":
-            from pipeline.web.extract import html_to_text
-
-            try:
-                text = html_to_text(doc.text)
-            except Exception:  # a page the parser cannot take: counted, never fatal
-                return self._drop("extract_failed")
-            if not text:
-                return self._drop("extract_empty")
-            self.changed["extracted"] += 1
-        text = cleaner(text)
-        if text is None:
-            return None
-        lang, score = None, None
-        if self.languages or self.cfg.identify:
-            from pipeline.web.langid import identify
-
-            lang, score = identify(text)
-            if self.languages:
-                if lang not in self.languages:
-                    return self._drop("language")
-                if score < self.cfg.min_lang_score:
-                    return self._drop("lang_score")
-        if self.rules:
-            view = Text(text)
-            for name, rule in self.rules:
-                if name == "c4":
-                    new, reason = rule(view.text)
-                    if reason is None and new != view.text:
-                        self.changed["c4.lines_removed"] += 1
-                        view = Text(new)
-                else:
-                    reason = rule(view)
-                if reason is not None:
-                    return self._drop(f"{name}.{reason}")
-            text = view.text
-            if not text:
-                return self._drop("empty")
-        if self.cfg.pii:
-            from pipeline.web.pii import mask
-
-            text, n_email, n_ip = mask(text)
-            if n_email:
-                self.changed["pii_emails_masked"] += n_email
-            if n_ip:
-                self.changed["pii_ips_masked"] += n_ip
-        self._last = (doc.url, doc.date, doc.source, lang, score)
-        return text
-
-    def _drop(self, reason: str) -> None:
-        self.dropped[reason] += 1
-        return None
-
-    def keep(self) -> None:
-        """The last document that passed is kept: its metadata goes to the next batch."""
-        for column, value in zip(self._columns, self._last, strict=True):
-            column.append(value)
-
-    def take(self) -> dict[str, list[Any]] | None:
-        """The metadata columns of the documents kept since the last call."""
-        if not self.cfg.metadata:
-            for column in self._columns:
-                column.clear()
-            return None
-        out = dict(zip(META_COLUMNS, self._columns, strict=True))
-        self._columns = [[] for _ in META_COLUMNS]
         return out

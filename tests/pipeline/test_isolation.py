@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,11 +26,16 @@ from pipeline.record_steps import (
     RecordSteps,
 )
 from pipeline.records import Document
+from pipeline.steps.contract import StepError
+from pipeline.steps.recipe import Recipe, spec
+from pipeline.steps.shorthand import recipe_of
 from pipeline.web import WebConfig
 from tests.pipeline._procs import ENV, REPO, dask_cluster
 from tests.pipeline.web import warcs
 
-WEB = WebConfig(filters=("gopher_repetition",), identify=True, pii=True, metadata=True)
+WEB = recipe_of(CleaningConfig(), WebConfig(filters=("gopher_repetition",), identify=True,
+                                            pii=True, metadata=True))
+PLAIN = recipe_of(CleaningConfig())
 #: ~2-3 s of extraction, admitted by the complexity check (300,000 <p> 123 deep)
 SLOW = ("<html><body>" + "<div>" * 120 + "<p>t</p>" * 300_000 + "</div>" * 120
         + "</body></html>")
@@ -66,8 +72,8 @@ def test_isolation_gives_what_the_worker_gives() -> None:
     """Texts, drop and change counts, metadata columns and the complexity check's refusal:
     the same from the child as from this process."""
     docs = _docs()
-    here = RecordSteps(CleaningConfig(), WEB)
-    isolated = IsolatedSteps(CleaningConfig(), WEB, None, RecordLimits())
+    here = RecordSteps(WEB)
+    isolated = IsolatedSteps(WEB, None, RecordLimits())
     try:
         expected = _run(here, docs)
         assert _run(isolated, docs) == expected
@@ -86,8 +92,8 @@ def _around_poison(limits: RecordLimits, poison: Document,
     """The poison record between two good ones: the good ones give their texts (the second
     from a fresh child) and count as if the poison were not there."""
     good = _docs()[:2]
-    isolated = IsolatedSteps(CleaningConfig(), WEB, None, limits)
-    here = RecordSteps(CleaningConfig(), WEB)
+    isolated = IsolatedSteps(WEB, None, limits)
+    here = RecordSteps(WEB)
     try:
         first = isolated(good[0])
         pid = isolated._child.proc.pid  # type: ignore[union-attr]
@@ -142,16 +148,49 @@ def test_a_record_that_crashes_its_process_is_poison() -> None:
                                         "the process running its steps died of SIGSEGV")
 
 
-def test_an_error_in_the_steps_is_raised_as_in_the_worker() -> None:
-    """An exception is not a poison record: the task fails (and Dask retries it), in
-    isolation as in the worker."""
-    broken = Document("broken", None, kind="text")  # type: ignore[arg-type]
-    with pytest.raises(AttributeError):
-        RecordSteps(CleaningConfig())(broken)
-    isolated = IsolatedSteps(CleaningConfig(), None, None, RecordLimits())
+class _Raises:
+    """A user step that raises on one document and breaks the contract on another."""
+
+    name = "odd"
+    version = "1"
+
+    def __call__(self, doc: Any) -> Any:
+        if doc.text.startswith("raise"):
+            raise ValueError("no such thing")
+        if doc.text.startswith("garbage"):
+            return 42
+        return doc
+
+
+_ODD = Recipe((*PLAIN.steps, spec("tests.pipeline.test_isolation:_Raises", "odd")))
+
+
+def test_a_step_that_raises_poisons_its_record_alike_here_and_in_isolation() -> None:
+    """A step's exception quarantines its record (reason ``<step>.error``), in isolation as
+    in the worker; the child lives on (not a lost child)."""
+    isolated = IsolatedSteps(_ODD, None, RecordLimits())
+    here = RecordSteps(_ODD)
     try:
-        with pytest.raises(RuntimeError, match="in isolation: AttributeError"):
-            isolated(broken)
+        for steps in (here, isolated):
+            with pytest.raises(Poisoned) as caught:
+                steps(Document("bad", "raise it", kind="text"))
+            assert (caught.value.reason, caught.value.detail) == \
+                ("odd.error", "ValueError: no such thing")
+            assert steps(Document("ok", "A plain sentence.")) == "A plain sentence."
+        assert isolated.poisoned == 0
+    finally:
+        isolated.close()
+
+
+def test_a_step_that_breaks_the_contract_fails_the_task_as_in_the_worker() -> None:
+    """Not a poison record: a bug in the step, said once with its name (the task fails)."""
+    garbage = Document("g", "garbage in", kind="text")
+    with pytest.raises(StepError, match="step 'odd' returned int"):
+        RecordSteps(_ODD)(garbage)
+    isolated = IsolatedSteps(_ODD, None, RecordLimits())
+    try:
+        with pytest.raises(RuntimeError, match="in isolation: StepError: step 'odd' returned"):
+            isolated(garbage)
         assert isolated(Document("ok", "A plain sentence of text.")) == \
             "A plain sentence of text."
     finally:
@@ -169,7 +208,7 @@ def test_the_cpu_guard_ends_its_process_unless_disarmed(disarm: bool) -> None:
 
 
 def test_outside_a_worker_nothing_is_armed_or_isolated() -> None:
-    steps = steps_for(CleaningConfig(), None, None, RecordLimits(cpu_s=0.01))
+    steps = steps_for(PLAIN, None, RecordLimits(cpu_s=0.01))
     assert isinstance(steps, RecordSteps) and not steps.guard.on
     assert lost_attempts() == 0
 

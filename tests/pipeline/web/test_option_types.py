@@ -13,9 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.cleaning import Cleaner
+from pipeline.cleaning import CleaningConfig
 from pipeline.records import Document
-from pipeline.web import WebSteps, parse_filter_options
+from pipeline.steps.chain import StepChain
+from pipeline.steps.shorthand import recipe_of
+from pipeline.web import parse_filter_options
 from pipeline.web.steps import RULE_SETS, WebConfig
 
 REPO = Path(__file__).resolve().parents[3]
@@ -88,6 +90,7 @@ def test_any_option_values_give_rules_that_build_or_one_value_error(options: dic
     except ValueError as exc:
         assert str(exc).startswith("filter_options: ")
         return
-    steps = WebSteps(WebConfig(filters=tuple(RULE_SETS), filter_options=parsed))
+    steps = StepChain(recipe_of(CleaningConfig(), WebConfig(filters=tuple(RULE_SETS),
+                                                            filter_options=parsed)))
     for text in (PAGE, "", "a\n\nb\n\na a a a"):  # what a worker does with them
-        steps(Document("id", text, kind="text"), Cleaner())
+        steps(Document("id", text, kind="text"))

@@ -1,5 +1,6 @@
-"""The web steps on single documents: each step's counts and reasons, PII, the block-list,
-the rule-set and option parsing, the config's flags."""
+"""The web steps on single documents (the chain of the recipe the web flags describe): each
+step's counts and reasons, PII, the block-list, the rule-set and option parsing, the config's
+flags."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.cleaning import Cleaner
+from pipeline.cleaning import CleaningConfig
 from pipeline.config import PipelineConfig
 from pipeline.records import Document
-from pipeline.web import WebConfig, WebSteps, parse_filter_options, parse_filters
+from pipeline.steps.chain import StepChain
+from pipeline.steps.shorthand import recipe_of
+from pipeline.web import WebConfig, parse_filter_options, parse_filters
 from pipeline.web.pii import mask
 from pipeline.web.urls import blocked, parse_blocklist
 
@@ -26,6 +29,32 @@ PROSE = ("The committee met on Tuesday to review the plan. It was agreed that th
 def html(body: str) -> str:
     return f"<html><head><title>t</title></head><body><nav>Home | About</nav><main>{body}" \
            "</main><footer>Copyright</footer></body></html>"
+
+
+class WebSteps:
+    """The chain of the recipe a :class:`WebConfig` describes, with the metadata columns of
+    the documents kept."""
+
+    def __init__(self, web: WebConfig) -> None:
+        self.chain = StepChain(recipe_of(CleaningConfig(), web))
+        self.columns = self.chain.columns()
+
+    def __call__(self, document: Document) -> str | None:
+        return self.chain(document)
+
+    def keep(self) -> None:
+        self.columns.add(*self.chain.last)
+
+    def take(self) -> dict | None:
+        return self.columns.take()
+
+    @property
+    def dropped(self) -> dict:
+        return self.chain.dropped
+
+    @property
+    def changed(self) -> dict:
+        return self.chain.changed
 
 
 def doc(text: str, kind: str = "html", url: str = "https://news.example.com/a") -> Document:
@@ -60,12 +89,11 @@ def test_config_turns_the_web_steps_on_only_when_asked() -> None:
 
 def test_extraction_counts_extracted_empty_failed_and_not_html() -> None:
     steps = WebSteps(WebConfig(metadata=True))
-    cleaner = Cleaner()
-    text = steps(doc(html(f"<p>{PROSE}</p>")), cleaner)
+    text = steps(doc(html(f"<p>{PROSE}</p>")))
     assert text is not None and "committee" in text and "Home | About" not in text
     steps.keep()
-    assert steps(doc("<html><body><script>x()</script></body></html>"), cleaner) is None
-    assert steps(doc("%PDF", kind="other:application/pdf"), cleaner) is None
+    assert steps(doc("<html><body><script>x()</script></body></html>")) is None
+    assert steps(doc("%PDF", kind="other:application/pdf")) is None
     assert steps.changed["extracted"] == 1
     assert dict(steps.dropped) == {"extract_empty": 1, "not_html": 1}
     assert steps.take() == {"url": ["https://news.example.com/a"], "date": ["2024"],
@@ -74,11 +102,10 @@ def test_extraction_counts_extracted_empty_failed_and_not_html() -> None:
 
 def test_language_filter_and_scores() -> None:
     steps = WebSteps(WebConfig(languages=("de",), identify=True, metadata=True))
-    cleaner = Cleaner()
-    assert steps(doc(PROSE, kind="text"), cleaner) is None
+    assert steps(doc(PROSE, kind="text")) is None
     german = ("Der Ausschuss traf sich am Dienstag, um den Plan zu pr\u00fcfen. Es wurde "
               "vereinbart, dass das Budget gek\u00fcrzt werden muss.")
-    assert steps(doc(german, kind="text"), cleaner) == german
+    assert steps(doc(german, kind="text")) == german
     steps.keep()
     meta = steps.take()
     assert meta is not None and meta["lang"] == ["de"] and meta["lang_score"][0] > 0.9
@@ -87,18 +114,17 @@ def test_language_filter_and_scores() -> None:
 
 def test_rule_sets_count_by_rule_and_reason() -> None:
     steps = WebSteps(WebConfig(filters=parse_filters("gopher,c4,fineweb")))
-    cleaner = Cleaner()
-    assert steps(doc(PROSE, kind="text"), cleaner) is not None
-    assert steps(doc("too short. really.", kind="text"), cleaner) is None
-    assert steps(doc(PROSE + "\nvar x = {a: 1};", kind="text"), cleaner) is not None
-    assert steps(doc(PROSE.replace(". ", ". {x} "), kind="text"), cleaner) is None
+    assert steps(doc(PROSE, kind="text")) is not None
+    assert steps(doc("too short. really.", kind="text")) is None
+    assert steps(doc(PROSE + "\nvar x = {a: 1};", kind="text")) is not None
+    assert steps(doc(PROSE.replace(". ", ". {x} "), kind="text")) is None
     # repetition runs first: "too short" is 9 of 18 characters, over top_2_gram's 0.2
     assert dict(steps.dropped) == {"gopher_repetition.top_2_gram": 1, "c4.curly_bracket": 1}
     assert steps.changed["c4.lines_removed"] == 1  # the code line without end punctuation
     relaxed = WebSteps(WebConfig(filters=("gopher_quality",),
                                  filter_options=parse_filter_options(
                                      '{"gopher_quality.min_doc_words": 2}')))
-    assert relaxed(doc("Too short but enough of the words.", kind="text"), cleaner)
+    assert relaxed(doc("Too short but enough of the words.", kind="text"))
 
 
 def test_url_blocklist() -> None:
