@@ -1,5 +1,6 @@
 """``python -m pipeline``: ``run`` builds a dataset, ``inspect`` summarises one, ``export``
-rewrites one, ``steps`` lists the steps a recipe can use.
+rewrites one, ``steps`` lists the steps a recipe can use, ``train-classifier`` trains a
+fastText quality classifier for the ``fasttext`` step.
 
 ``run``'s flags are :class:`pipeline.config.PipelineConfig`'s fields, made into flags by the
 shared mechanism of :mod:`storage.config` (cyclopts), so every knob has a flag, a ``--config``
@@ -21,6 +22,7 @@ from cyclopts import Parameter
 from pipeline.config import DEFAULT_OUTPUT, PipelineConfig
 from pipeline.records import InputError, StrictModeError
 from pipeline.steps.contract import StepError
+from pipeline.train_classifier import register as register_train_classifier
 from pipeline.worker_setup import WorkerImportError
 from storage import (
     VERSIONS_DIR,
@@ -40,6 +42,7 @@ app = make_app(
          "manifest.json, on a Dask cluster.")
 
 _NoNegative = Parameter(negative="", show_default=False)
+register_train_classifier(app)  # train-classifier: its own module, its own flags
 
 
 @app.command
