@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -78,20 +79,36 @@ class ForkedPython:
     def __init__(self, preload: Sequence[str], env: Mapping[str, str] | None = None) -> None:
         self.env = dict(os.environ if env is None else env)
         self.preload = list(preload)
-        self.proc: subprocess.Popen[str] | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        #: bytes read from the server past the last answer
+        self._pending = b""
 
-    def _server(self) -> subprocess.Popen[str]:
+    def _server(self) -> subprocess.Popen[bytes]:
         if self.proc is None or self.proc.poll() is not None:
             self.proc = subprocess.Popen([sys.executable, "-c", _SERVER, *self.preload],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         text=True, env=self.env)
+                                         env=self.env)
+            self._pending = b""
         return self.proc
 
-    def _answer(self, proc: subprocess.Popen[str], timeout: float) -> dict | None:
+    def _answer(self, proc: subprocess.Popen[bytes], timeout: float) -> dict | None:
+        """The server's next line, or ``None`` after ``timeout`` s. Read from the descriptor
+        itself: a buffered ``readline`` can take both of a fast child's lines at once, and a
+        ``select`` for the second then waits the whole timeout for bytes already read."""
         assert proc.stdout is not None
-        ready, _, _ = select.select([proc.stdout], [], [], timeout)
-        line = proc.stdout.readline() if ready else ""
-        return json.loads(line) if line else None
+        deadline = time.monotonic() + timeout
+        fd = proc.stdout.fileno()
+        while b"\n" not in self._pending:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([fd], [], [], max(0.0, left))
+            if not ready:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:  # the server died
+                return None
+            self._pending += chunk
+        line, _, self._pending = self._pending.partition(b"\n")
+        return json.loads(line)
 
     def run(self, argv: Sequence[str], *, cwd: Path | str, timeout: float = 300,
             env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -102,10 +119,10 @@ class ForkedPython:
         assert proc.stdin is not None
         with tempfile.TemporaryDirectory() as tmp:
             out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
-            proc.stdin.write(json.dumps({
+            proc.stdin.write((json.dumps({
                 "argv": list(argv), "cwd": str(cwd), "env": dict(self.env if env is None
                                                                  else env),
-                "stdout": str(out), "stderr": str(err)}) + "\n")
+                "stdout": str(out), "stderr": str(err)}) + "\n").encode())
             proc.stdin.flush()
             started = self._answer(proc, timeout)
             if started is None:
@@ -126,4 +143,5 @@ class ForkedPython:
             self.proc.kill()
             self.proc.wait()
             self.proc = None
+            self._pending = b""
 
