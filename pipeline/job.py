@@ -524,6 +524,9 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: ReplicaLeases, log: Text
         cfg = replace(cfg, partition_bytes=auto_partition_bytes(total_bytes))
     if files.any_format(FORMAT_CODES.index("warc")):  # the web steps and columns
         cfg = replace(cfg, web_inputs=True)
+        if "extract" not in {s.use for s in cfg.recipe.steps}:
+            print("shardflow: warning: WARC inputs and a recipe without an 'extract' step: "
+                  "HTML pages are tokenized as they are", file=log)
     plan = PartitionPlan(files, cfg.partition_bytes, cfg.files_per_partition)
     # A dataset already committed at the output stays readable, untouched, until the commit
     # below: every object this run writes has a name made from its content.
