@@ -2,7 +2,7 @@
 letter-share and repeated-line filters (:mod:`pipeline.cleaning`), with their flags' names as
 its options. Its drop reasons keep their names (``empty``, ``too_short``, ...), as do its
 change counts (``control``, ``mojibake``, ``nfc``, ``whitespace``): manifests compare across
-versions."""
+versions. And ``length``: characters, words and lines as signals, or a word-count filter."""
 
 from __future__ import annotations
 
@@ -45,3 +45,33 @@ class Clean:
         return {"fix_mojibake": cfg.fix_mojibake, "min_chars": cfg.min_chars,
                 "max_chars": cfg.max_chars, "min_alpha_frac": cfg.min_alpha_frac,
                 "max_repeated_line_frac": cfg.max_repeated_line_frac}
+
+
+class Length:
+    """Characters, words (whitespace-separated) and lines of each document; in filter mode
+    drop those outside ``min_words``-``max_words`` (``length.too_few_words``,
+    ``length.too_many_words``). In annotate mode (or filter mode with ``signals=True``) the
+    counts are columns ``<name>.n_chars``, ``.n_words``, ``.n_lines``."""
+
+    name = "length"
+    version = "1"
+    modes = ("filter", "annotate")
+    SIGNALS = {"n_chars": int, "n_words": int, "n_lines": int}
+
+    def __init__(self, min_words: int = 0, max_words: int = 0, mode: str = "filter") -> None:
+        self.min_words, self.max_words = int(min_words), int(max_words)
+        self.annotate = mode == "annotate"
+        self.signals: dict[str, type] = dict(self.SIGNALS) if self.annotate else {}
+
+    def __call__(self, doc: Doc) -> Doc | tuple[None, str]:
+        text = doc.text
+        n_words = len(text.split())
+        if self.annotate:
+            doc.signals.update(n_chars=len(text), n_words=n_words,
+                               n_lines=text.count("\n") + 1 if text else 0)
+            return doc
+        if self.min_words and n_words < self.min_words:
+            return None, "too_few_words"
+        if self.max_words and n_words > self.max_words:
+            return None, "too_many_words"
+        return doc

@@ -18,6 +18,7 @@ BUILTINS: dict[str, str] = {
     "url_blocklist": "pipeline.steps.web:UrlBlocklist",
     "extract": "pipeline.steps.web:Extract",
     "clean": "pipeline.steps.cleaning:Clean",
+    "length": "pipeline.steps.cleaning:Length",
     "langid": "pipeline.steps.web:LanguageId",
     "gopher_repetition": "pipeline.steps.rules:RULE_STEPS.gopher_repetition",
     "gopher_quality": "pipeline.steps.rules:RULE_STEPS.gopher_quality",

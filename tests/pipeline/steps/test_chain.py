@@ -157,3 +157,15 @@ def test_metadata_is_read_only_for_a_step() -> None:
     assert doc.meta["url"] == "https://x/" and doc.meta["lang"] is None
     with pytest.raises(TypeError):
         doc.meta["url"] = "https://evil/"  # type: ignore[index]
+
+
+def test_the_length_step_counts_and_filters() -> None:
+    texts, columns = _run(_chain(spec("length", mode="annotate")),
+                          _docs("one two\nthree", "a"))
+    assert texts == ["one two\nthree", "a"]
+    assert columns == {"length.n_chars": [13, 1], "length.n_words": [3, 1],
+                       "length.n_lines": [2, 1]}
+    chain = _chain(spec("length", min_words=2, max_words=3))
+    texts, columns = _run(chain, _docs("one two", "a", "a b c d"))
+    assert texts == ["one two", None, None] and columns == {}
+    assert dict(chain.dropped) == {"length.too_few_words": 1, "length.too_many_words": 1}
