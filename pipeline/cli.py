@@ -102,20 +102,31 @@ def resolve_config(inputs: list[str], output: str | None, settings: PipelineConf
 @app.command
 def inspect(url: Annotated[str, Parameter(name="URL")], /, *,
             where: ReplicaFlags = ReplicaFlags(),  # noqa: B008
-            json: Annotated[bool, _NoNegative] = False) -> int:  # noqa: A002 - the flag's name
+            json: Annotated[bool, _NoNegative] = False,  # noqa: A002 - the flag's name
+            signal_rows: Annotated[int, Parameter(metavar="N")] = 1_000_000,
+            plot: Annotated[str | None, Parameter(metavar="FILE.png")] = None) -> int:
     """Print the summary of a dataset's manifest.
 
     Print a dataset's manifest summary and its versions (sequence, manifest sha256, shards,
-    tokens, commit time, which one is current).
+    tokens, commit time, which one is current). A dataset with signal columns (a run with
+    --annotate or a step that writes signals) gets a signals section: each column's type,
+    step and a summary read from the shards (only those columns): min / median / max for
+    numbers, the share true for bools, the most common values for strings.
 
     Parameters
     ----------
     url
         dataset URL
     json
-        print the whole manifest as JSON
+        print the whole manifest as JSON (plus the signals' summaries as "signals")
+    signal_rows
+        read the signal columns of at most N documents, from evenly spaced row groups (the
+        same ones every time); 0: read none
+    plot
+        also write a PNG with a histogram per signal column (bool: two bars, string: the 10
+        most common values) to this file; needs matplotlib (the 'plot' extra)
     """
-    return _inspect(url, where, json)
+    return _inspect(url, where, json, signal_rows, plot)
 
 
 @app.command
@@ -130,7 +141,9 @@ def export(url: Annotated[str, Parameter(name="URL")],
     as Parquet with doc_id and input_ids as list<int32> (parquet-list), JSON lines (jsonl), or
     a Hub-ready folder of such Parquet files plus a dataset card (hf:
     datasets.load_dataset(OUTPUT)). A dataset's metadata columns (a web run's url, date,
-    source, lang, lang_score) follow, unchanged.
+    source, lang, lang_score) and signal columns (<step>.<signal>: int64, double, bool,
+    string) follow with their types; every file has the same columns (a shard without one
+    of them gets nulls there).
 
     Parameters
     ----------
@@ -167,11 +180,37 @@ def steps(*, as_json: Annotated[bool, Parameter(name="--json", negative="")] = F
     return 0
 
 
-def _inspect(url: str, where: ReplicaFlags, as_json: bool) -> int:
+def _inspect(url: str, where: ReplicaFlags, as_json: bool, signal_rows: int = 1_000_000,
+             plot: str | None = None) -> int:
+    if signal_rows < 0:
+        raise ValueError(f"--signal-rows must be 0 or more, not {signal_rows}")
     store = where.store(url)
     m = store.read_manifest()
+    section: list[str] = []
+    summary: dict[str, Any] | None = None
+    if m.stats.get("signals") or plot:
+        from pipeline import signal_summary as sig  # imported late: only for signals
+
+        if plot:
+            if not m.stats.get("signals"):
+                raise ValueError("--plot: the dataset has no signal columns (a run with "
+                                 "--annotate, or a step that writes signals, adds them)")
+            sig.require_matplotlib()  # before reading: a missing extra fails at once
+        sample = sig.read_signals(store, m, signal_rows)
+        summaries = sample.summaries()
+        section = sig.render(summaries, sample.rows, sample.documents)
+        summary = sig.to_json(summaries, sample.rows, sample.documents)
+        if plot:
+            panels = sig.plot(sample, plot, url)
+            section.append(f"plot        {plot} ({panels} panels)")
     if as_json:
-        print(m.to_json(), end="")
+        if summary is None:
+            print(m.to_json(), end="")
+        else:
+            d = m.to_dict() | {"signals": summary}
+            print(json.dumps(d, sort_keys=True, indent=1))
+            if plot:
+                print(section[-1], file=sys.stderr)
         return 0
     counts = m.counts  # v2: the manifest's totals; the index is not read
     st = m.stats
@@ -191,6 +230,8 @@ def _inspect(url: str, where: ReplicaFlags, as_json: bool) -> int:
     print(f"tokens      {m.total_tokens:,}")
     print(f"bytes       {m.total_bytes:,}")
     print(f"schema      {', '.join(f'{k}: {v}' for k, v in m.schema.items())}")
+    for line in section:
+        print(line)
     print(f"config{_key_values(m.config)}")
     try:  # listing is an admin's right, not a reader's: a store may refuse it
         versions = render_history(history(store))

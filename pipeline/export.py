@@ -5,13 +5,21 @@ fastest, but pandas, DuckDB, Polars and HF ``datasets`` see it as opaque bytes. 
 the committed version as:
 
 - ``parquet-list``: ``part-NNNNN.parquet`` per shard, ``doc_id: string``,
-  ``input_ids: list<int32>`` (zstd), then the shard's metadata columns as they are (a web
-  run's ``url``, ``date``, ``source``, ``lang``, ``lang_score``: for inspection);
+  ``input_ids: list<int32>`` (zstd), then the shard's other columns with their types: a web
+  run's metadata (``url``, ``date``, ``source``, ``lang``, ``lang_score``) and the steps'
+  signal columns (``<step>.<signal>``: ``int64``, ``double``, ``bool``, ``string``);
 - ``jsonl``: ``part-NNNNN.jsonl`` per shard, ``{"doc_id": ..., "input_ids": [...], ...}`` per
-  line, metadata included;
+  line, metadata and signals included;
 - ``hf``: a Hub-ready folder: ``data/part-NNNNN.parquet`` as above plus a ``README.md``
   dataset card whose YAML names the files, so ``datasets.load_dataset(PATH)`` or
   ``push_to_hub`` take it as it is.
+
+Every part has the same columns, in the same order, with the same types (:func:`
+export_schema`): the first shard's columns, then any other column the manifest's schema
+lists, typed as the manifest says. A shard without one of them (a user's step may write a
+signal into some shards only) gets nulls there; a column an int-valued shard wrote as
+``int64`` that the manifest types ``double`` is cast. Readers that take a folder of Parquet
+files as one table (pandas, DuckDB, Polars, HF datasets) need one schema.
 
 Streaming: one shard is read (checksum-verified) and written at a time, row group by row
 group, so memory is bounded by a shard whatever the dataset's size. Output names depend on the
@@ -70,12 +78,39 @@ class ExportSummary:
                 f"-> {self.files} files under {self.output}")
 
 
-def list_batches(data: bytes, encoding: str) -> Iterator[pa.RecordBatch]:
+def export_schema(manifest: Manifest, first: pa.Schema) -> pa.Schema:
+    """The schema of every exported part: :data:`LIST_SCHEMA`, then the columns of the first
+    shard (``first``) in its order, then the manifest's other columns in its order; each
+    typed as the manifest's schema types it (``int64``, ``double``, ``bool``, ``string``,
+    ``float``, ...), else as the shard has it."""
+    fields = {f.name: f for f in first if f.name not in ("doc_id", "input_ids")}
+    for name, kind in manifest.schema.items():
+        if name in ("doc_id", "input_ids"):
+            continue
+        try:
+            typed = pa.type_for_alias(kind)
+        except ValueError:  # not an Arrow type name: the shard's own type, if it has one
+            continue
+        fields[name] = pa.field(name, typed)
+    return pa.schema([*LIST_SCHEMA, *fields.values()])
+
+
+def list_batches(data: bytes, encoding: str,
+                 schema: pa.Schema | None = None) -> Iterator[pa.RecordBatch]:
     """A shard's row groups as ``doc_id`` + ``input_ids: list<int32>`` record batches, plus
-    the shard's metadata columns (any column but those two) unchanged, in the shard's order."""
+    the shard's other columns (metadata, signals), in the shard's order, or, given
+    ``schema`` (:func:`export_schema`), as it orders and types them: a column the shard lacks
+    is nulls, one of another type is cast; a column ``schema`` lacks is a ``ManifestError``."""
     shard = pq.ParquetFile(io.BytesIO(data))
-    meta = [f for f in shard.schema_arrow if f.name not in ("doc_id", "input_ids")]
-    schema = pa.schema([*LIST_SCHEMA, *meta])
+    if schema is None:
+        schema = pa.schema([*LIST_SCHEMA, *(f for f in shard.schema_arrow
+                                             if f.name not in ("doc_id", "input_ids"))])
+    extra_names = set(shard.schema_arrow.names) - set(schema.names)
+    if extra_names:
+        raise ManifestError(f"column {sorted(extra_names)[0]!r} of this shard is neither in the "
+                            "first shard nor in the manifest's schema: no one schema fits "
+                            "every exported part")
+    meta = list(schema)[len(LIST_SCHEMA):]
     for i in range(shard.num_row_groups):
         table = shard.read_row_group(i)
         column = table.column("input_ids")
@@ -84,12 +119,19 @@ def list_batches(data: bytes, encoding: str) -> Iterator[pa.RecordBatch]:
         offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
         np.cumsum(lengths, out=offsets[1:])
         ids = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
-        extra = [table.column(f.name).combine_chunks() for f in meta]
+        extra = [_column(table, f) for f in meta]
         yield pa.RecordBatch.from_arrays([table.column("doc_id").combine_chunks(), ids, *extra],
                                          schema=schema)
 
 
-def _parquet(batches: Iterator[pa.RecordBatch]) -> bytes:
+def _column(table: pa.Table, field: pa.Field) -> pa.Array:
+    if field.name not in table.column_names:
+        return pa.nulls(table.num_rows, type=field.type)
+    column = table.column(field.name).combine_chunks()
+    return column if column.type == field.type else column.cast(field.type)
+
+
+def _parquet(batches: Iterator[pa.RecordBatch], schema: pa.Schema = LIST_SCHEMA) -> bytes:
     sink = pa.BufferOutputStream()
     writer: pq.ParquetWriter | None = None
     for batch in batches:
@@ -97,12 +139,12 @@ def _parquet(batches: Iterator[pa.RecordBatch]) -> bytes:
             writer = pq.ParquetWriter(sink, batch.schema, compression="zstd")
         writer.write_batch(batch)
     if writer is None:  # a shard without rows: the bare schema
-        writer = pq.ParquetWriter(sink, LIST_SCHEMA, compression="zstd")
+        writer = pq.ParquetWriter(sink, schema, compression="zstd")
     writer.close()
     return sink.getvalue().to_pybytes()
 
 
-def _jsonl(batches: Iterator[pa.RecordBatch]) -> bytes:
+def _jsonl(batches: Iterator[pa.RecordBatch], schema: pa.Schema = LIST_SCHEMA) -> bytes:
     out = io.StringIO()
     for batch in batches:
         for row in batch.to_pylist():
@@ -113,8 +155,13 @@ def _jsonl(batches: Iterator[pa.RecordBatch]) -> bytes:
 def dataset_card(manifest: Manifest, files: list[str]) -> str:
     """A dataset card whose YAML config lets ``datasets.load_dataset`` find the files."""
     entries = "\n".join(f"      - {f}" for f in files)
-    meta = [f"`{c}`" for c in manifest.schema if c not in ("doc_id", "input_ids")]
+    signals = manifest.stats.get("signals") or {}
+    meta = [f"`{c}`" for c in manifest.schema
+            if c not in ("doc_id", "input_ids") and c not in signals]
     also = f"; metadata: {', '.join(meta)}" if meta else ""
+    if signals:
+        typed = [f"`{c}` ({v.get('type')})" for c, v in signals.items()]
+        also += f"; signals: {', '.join(typed)}"
     return (
         "---\nconfigs:\n  - config_name: default\n    data_files:\n      - split: train\n"
         f"        path:\n{entries.replace('      -', '          -')}\n---\n\n"
@@ -133,18 +180,26 @@ def export(store: ReplicaSet, output: str, fmt: str,
     manifest = store.read_manifest()  # pinned: the version read here is the one exported
     encoding = manifest.schema["input_ids"]
     out = resolve(output, storage_options)
-    write: Callable[[Iterator[pa.RecordBatch]], bytes] = _jsonl if fmt == "jsonl" else _parquet
+    write: Callable[[Iterator[pa.RecordBatch], pa.Schema], bytes] = (
+        _jsonl if fmt == "jsonl" else _parquet)
     suffix = "jsonl" if fmt == "jsonl" else "parquet"
     prefix = "data/" if fmt == "hf" else ""
     shards = shards_of(store, manifest)  # v2: from its index, verified
     algorithm = _digest(manifest)
     bar = ProgressBar(len(shards), label="shards", enabled=progress, stream=log)
     names: list[str] = []
+    schema: pa.Schema | None = None  # every part's: fixed by the first shard and the manifest
     for i, shard in enumerate(shards):
         names.append(f"{prefix}part-{i:05d}.{suffix}")
         data = _read(store, shard)
         _check(shard, data, algorithm, encoding)
-        write_atomic(out, names[-1], write(list_batches(data, encoding)))
+        if schema is None:
+            schema = export_schema(manifest, pq.ParquetFile(io.BytesIO(data)).schema_arrow)
+        try:
+            batches = list_batches(data, encoding, schema)
+            write_atomic(out, names[-1], write(batches, schema))
+        except (ManifestError, pa.ArrowInvalid) as exc:
+            raise ManifestError(f"{shard.path}: {exc}") from exc
         bar.update(1, shard.tokens)
     if fmt == "hf":
         write_atomic(out, "README.md", dataset_card(manifest, names).encode("utf-8"))
