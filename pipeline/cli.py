@@ -256,7 +256,25 @@ def _key_values(d: dict[str, Any]) -> str:
     """One aligned ``  key  value`` line per key (sorted), each value as JSON: ``null``,
     ``"exact"``, ``["a/*.txt"]``, as a config file or flag takes it."""
     width = max((len(k) for k in d), default=0)
-    return "".join(f"\n  {k:<{width}}  {json.dumps(d[k])}" for k in sorted(d))
+    out = []
+    for k in sorted(d):
+        if k == "steps" and isinstance(d[k], list):  # the recipe: a step a line
+            out.append(f"\n  {k:<{width}}  {len(d[k])} step{'s' if len(d[k]) != 1 else ''}")
+            out += [f"\n  {'':<{width}}    {_step_line(entry)}" for entry in d[k]]
+        else:
+            out.append(f"\n  {k:<{width}}  {json.dumps(d[k])}")
+    return "".join(out)
+
+
+def _step_line(entry: Any) -> str:
+    """A recipe entry as ``name (use vVERSION, mode): option=value, ...``."""
+    if not isinstance(entry, dict):
+        return json.dumps(entry)
+    options = ", ".join(f"{k}={json.dumps(v)}" for k, v in sorted(entry.items())
+                        if k not in ("use", "name", "mode", "version"))
+    head = f"{entry.get('name')} ({entry.get('use')} v{entry.get('version')}, " \
+           f"{entry.get('mode')})"
+    return f"{head}: {options}" if options else head
 
 
 def config_from_argv(argv: Sequence[str]) -> PipelineConfig:

@@ -86,3 +86,16 @@ def test_steps_tables_in_a_toml_config_file(tmp_path: Path) -> None:
     manifest = config_from_argv(["--config", str(cfg), "x.txt"]).for_manifest()["steps"]
     assert manifest[1] == {"use": "gopher_quality", "name": "gq", "mode": "annotate",
                            "version": "1", "min_doc_words": 20}
+
+
+def test_inspect_shows_the_recipe_a_step_a_line() -> None:
+    from pipeline.cli import _key_values
+
+    text = _key_values({"dedup": "exact", "steps": [
+        {"use": "clean", "name": "clean", "mode": "filter", "version": "1", "min_chars": 5},
+        {"use": "c4", "name": "c4", "mode": "annotate", "version": "1"}]})
+    lines = text.strip("\n").splitlines()
+    assert lines[1].split() == ["steps", "2", "steps"]
+    assert lines[2].strip() == "clean (clean v1, filter): min_chars=5"
+    assert lines[3].strip() == "c4 (c4 v1, annotate)"
+    assert "{" not in text
