@@ -75,6 +75,12 @@ def test_inspect_is_readable_and_its_json_is_the_manifest(tiny_dataset: str,
     assert "schema      doc_id: string, input_ids: binary<uint16le>" in lines
     config = lines[lines.index("config") + 1:lines.index(next(
         line for line in lines if line.startswith("versions")))]
+    steps = manifest["config"].pop("steps")  # the recipe: a step a line under its count
+    at = next(i for i, line in enumerate(config) if line.startswith("  steps "))
+    assert config[at].split() == ["steps", str(len(steps)), "step" + "s" * (len(steps) > 1)]
+    assert [line.strip().split(" ")[0] for line in config[at + 1:at + 1 + len(steps)]] == \
+        [s["name"] for s in steps]
+    config = config[:at] + config[at + 1 + len(steps):]
     assert len(config) == len(manifest["config"]) > 10
     found = [re.fullmatch(r"  (\w+)( +)(.+)", line) for line in config]
     assert all(found), config
