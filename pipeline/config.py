@@ -134,6 +134,12 @@ class PipelineConfig:
     minhash_bands: int = _f(21, "LSH bands (near-dup)")
     minhash_rows: int = _f(5, "MinHash values per LSH band (near-dup; 0: perms/bands)")
     shingle_words: int = _f(5, "words per shingle (near-dup)")
+    dedup_signals: bool = _f(False, "dedup's own columns on every kept document: "
+                             "dedup.exact_count (with --dedup exact: documents with its exact "
+                             "text, itself included), dedup.cluster_id and dedup.cluster_size "
+                             "(with --near-dup: its near-duplicate cluster, id = its survivor's "
+                             "partition << 32 | row, size = its documents); every shard is then "
+                             "re-encoded in phase 2", manifest=False)  # see for_manifest
     dedup_buckets: int = _f(0, "hash buckets for the dedup shuffle (0: one per 512 Ki keys, "
                             "~50 MiB of worker memory, at most 4096); never changes the result",
                             manifest=False)
@@ -289,6 +295,8 @@ class PipelineConfig:
             out["shard_compression"] = self.shard_compression
         if self.files_per_partition != PACK_MAX_FILES:  # the same: a rerun of files too big
             out["files_per_partition"] = self.files_per_partition  # to pack finds its work
+        if self.dedup_signals:  # the same: shards with dedup's columns
+            out["dedup_signals"] = True
         out["steps"] = resolved(self.recipe)  # each step with its version: a changed step
         # changes the partition keys (its partitions are redone), an unchanged one does not
         limits = {k: d[k] for k, default in _RECORD_LIMITS.items() if d[k] != default}

@@ -45,6 +45,7 @@ from distributed import Client, Future
 from pipeline import carbon, shuffle, tokenizing, work
 from pipeline.cluster import dask_client
 from pipeline.config import PipelineConfig
+from pipeline.dedup import signals as dedup_signals
 from pipeline.discovery import default_corpus, discover_table
 from pipeline.filetable import FORMAT_CODES, FileTable
 from pipeline.plan import PartitionPlan, auto_partition_bytes, task_groups
@@ -151,16 +152,19 @@ def build_manifest(cfg: PipelineConfig, tok: tokenizing.TokenizerSpec,
         "bytes": totals.bytes,
         "partitions": ones.n,
     }
-    if ones.signals:  # the columns the steps wrote, each with the step that wrote it
+    # the columns the steps wrote, then those phase 2 added (dedup signals), last
+    signals = dict(ones.signals)
+    work.merge_signals(signals, twos.signals, -1)
+    if signals:  # each with the step that wrote it
         stats["signals"] = {name: {"type": kind, "step": name.partition(".")[0]}
-                            for name, kind in ones.signals.items()}
+                            for name, kind in signals.items()}
     return Manifest(
         tokenizer=TokenizerInfo(name=tok.name, path=tokenizer_name(tok.sha256), sha256=tok.sha256,
                                 vocab_size=tok.vocab_size, eos_id=tok.eos_id,
                                 eos_token=tok.eos_token, bytes=len(tok.json.encode("utf-8"))),
         shards=(), schema=schema_description(
             tokens.token_dtype(tok.vocab_size),
-            cfg.web_config is not None and cfg.web_config.metadata, ones.signals),
+            cfg.web_config is not None and cfg.web_config.metadata, signals),
         config=cfg.for_manifest(), stats=stats,
         quarantine=ones.quarantines(),
     )
@@ -368,11 +372,16 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
     todo2 = np.setdiff1d(np.arange(n, dtype=np.int64),
                          np.fromiter(twos.done, dtype=np.int64, count=len(twos)))
     drops: dict[int, shuffle.DropRange] = {}
+    # dedup's own columns (--dedup-signals): every shard gets them, so every one is re-encoded
+    signals = dedup_signals.names(cfg.dedup == "exact", cfg.near_dup) if cfg.dedup_signals \
+        else ()
     if dedup and len(todo2):  # duplicates are known only once every partition's keys are
-        drops = _dedup(client, cfg, store, n, keys, rkey, ones.rows, tag, opts, window)
-    # Re-encoded without their duplicates, one task each; the others are linked or copied,
-    # several to a task.
-    dropping = np.isin(todo2, np.fromiter(drops, dtype=np.int64, count=len(drops)))
+        drops = _dedup(client, cfg, store, n, keys, rkey, ones.rows, tag, opts, window,
+                       bool(signals))
+    # Re-encoded without their duplicates (or with dedup signals), one task each; the others
+    # are linked or copied, several to a task.
+    dropping = (np.ones(len(todo2), dtype=bool) if signals else
+                np.isin(todo2, np.fromiter(drops, dtype=np.int64, count=len(drops))))
     kept = todo2[~dropping]
 
     def tails() -> Iterator[tuple[str, Any]]:
@@ -385,8 +394,8 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
         kind, what = task
         if kind == "one":
             return client.submit(_phase_two_at, keys[what], rkey, store,
-                                 cfg.row_group_tokens, tok.vocab_size, drops[what],
-                                 key=f"phase2-{what:05d}-{tag}", **opts)
+                                 cfg.row_group_tokens, tok.vocab_size, drops.get(what),
+                                 signals, key=f"phase2-{what:05d}-{tag}", **opts)
         return client.submit(_phase_two_each_at, [keys[i] for i in what], rkey, store,
                              cfg.row_group_tokens, tok.vocab_size,
                              key=f"phase2-{what[0]:05d}-{what[-1]:05d}-{tag}",
@@ -405,8 +414,10 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
 
 def _dedup(client: Client, cfg: PipelineConfig, store: ReplicaSet, n: int,
            keys: Sequence[str], rkey: str, rows: np.ndarray, tag: str,
-           opts: dict[str, Any], window: TaskWindow) -> dict[int, shuffle.DropRange]:
-    """The dedup shuffle (see :mod:`pipeline.shuffle`): where each partition's drops lie.
+           opts: dict[str, Any], window: TaskWindow, signals: bool = False
+           ) -> dict[int, shuffle.DropRange]:
+    """The dedup shuffle (see :mod:`pipeline.shuffle`): where each partition's drops lie
+    (with ``signals``, and its notes for dedup's columns: :mod:`pipeline.dedup.signals`).
 
     Runs once every phase 1 is done: their row counts size the buckets and the key groups
     (:func:`pipeline.shuffle.sizes`). Only counts come back to the driver: a group x bucket
@@ -422,7 +433,7 @@ def _dedup(client: Client, cfg: PipelineConfig, store: ReplicaSet, n: int,
     return shuffle.run(on_dask, store, rkey, keys,  # type: ignore[arg-type]
                        _Counts(rows, per_doc), cfg.dedup_buckets,
                        threshold=cfg.near_dup_threshold if cfg.near_dup else 0.0,
-                       perms=cfg.minhash_perms).drops
+                       perms=cfg.minhash_perms, signals=signals).drops
 
 
 class _Counts(Sequence[int]):
@@ -447,11 +458,12 @@ class _Counts(Sequence[int]):
 
 
 def _phase_two_at(key: str, run_key: str, store: ReplicaSet, row_group_tokens: int,
-                  vocab_size: int, drop: Any = None) -> work.PhaseTwo:
+                  vocab_size: int, drop: Any = None,
+                  signals: tuple[str, ...] = ()) -> work.PhaseTwo:
     """Phase 2 of the partition whose phase 1 left its marker under ``key`` (read here, on
     the worker: the driver keeps no per-partition result, :class:`work.PhaseOneResults`)."""
     return phase_two(work.load_one(store, key), run_key, store, row_group_tokens, vocab_size,
-                     drop)
+                     drop, signals)
 
 
 def _phase_two_each_at(keys: list[str], run_key: str, store: ReplicaSet,

@@ -27,6 +27,12 @@ writes the members of each component but its smallest, by partition, for ``gathe
 Each step holds one bucket's edges (at most as many as its band keys), the driver a bucket x
 bucket matrix of counts.
 
+With dedup signals (``--dedup-signals``, :mod:`pipeline.dedup.signals`) the same steps also
+write *notes* on survivors: ``resolve_bucket`` one per exact key held by several documents
+(how many), ``near_drops`` one per component centre with the leaves its bucket holds. They
+go to the survivor's group as drops do: ``gather_drops`` sums them per document into the
+group's notes file, and phase 2 picks its partition's range (:func:`pick_notes`).
+
 Why groups, not partitions: one file per partition makes every bucket read one range per
 partition and the driver hold partition x bucket matrices. At 3 M partitions (50 TB of text
 in 16 MiB partitions) and 512 buckets that is 1.5 G ranged reads per step and two 12 GB
@@ -48,6 +54,7 @@ import numpy as np
 from pipeline import work
 from pipeline.dedup import DROP, ENTRY, KIND_NEAR, merge_drops, resolve
 from pipeline.dedup import components as cc
+from pipeline.dedup import signals as sig
 from pipeline.dedup import verify as vf
 from pipeline.plan import close_at_target
 from storage import ReplicaSet
@@ -75,13 +82,16 @@ def sizes(total_keys: int) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class DropRange:
-    """Where one partition's drops lie: entries ``[first, end)`` of its group's drops file."""
+    """Where one partition's drops lie: entries ``[first, end)`` of its group's drops file
+    (and, with dedup signals, its notes: ``[notes_first, notes_end)`` of the notes file)."""
 
     run_key: str
     lo: int
     hi: int
     first: int
     end: int
+    notes_first: int = 0
+    notes_end: int = 0
 
 
 def keys_path(run_key: str, lo: int, hi: int, buckets: int) -> str:
@@ -115,6 +125,20 @@ def near_drops_path(run_key: str, bucket: int) -> str:
 
 def group_drops_path(run_key: str, lo: int, hi: int) -> str:
     return f"{work.WORK_DIR}/p2/{run_key}/drops-of-{lo:07d}-{hi:07d}.bin"
+
+
+def notes_path(run_key: str, bucket: int) -> str:
+    """Bucket ``bucket``'s notes on exact-key survivors (dedup signals)."""
+    return f"{work.WORK_DIR}/p2/{run_key}/notes-{bucket:05d}.bin"
+
+
+def near_notes_path(run_key: str, bucket: int) -> str:
+    """Node bucket ``bucket``'s notes on component centres (dedup signals)."""
+    return f"{work.WORK_DIR}/p2/{run_key}/near-notes-{bucket:05d}.bin"
+
+
+def group_notes_path(run_key: str, lo: int, hi: int) -> str:
+    return f"{work.WORK_DIR}/p2/{run_key}/notes-of-{lo:07d}-{hi:07d}.bin"
 
 
 def key_groups(keys_per_partition: Sequence[int],
@@ -172,14 +196,16 @@ def bucket_keys(store: ReplicaSet, run_key: str, keys: list[str], lo: int,
 
 def resolve_bucket(store: ReplicaSet, run_key: str, bucket: int, buckets: int,
                    groups: np.ndarray, starts: np.ndarray,
-                   counts: np.ndarray, verify: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                   counts: np.ndarray, verify: bool = False, signals: bool = False
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Resolve one bucket: ``counts[g]`` keys from ``starts[g]`` in group ``g``'s file.
 
     ``groups``: ``[[lo, hi], ...]``, the key groups. Returns how many documents of each group
     this bucket condemns as exact duplicates (the drops themselves are stored, ordered by
     partition, for :func:`gather_drops`), and how many near-dup edges it wrote for each node
     bucket (:func:`cc_step`'s first input; all 0 without band keys) or, with ``verify``, how
-    many candidate edges for each key group (:func:`attach_sketches`' input).
+    many candidate edges for each key group (:func:`attach_sketches`' input); then how many
+    notes on exact-key survivors (``signals``; stored like the drops) fall in each group.
     """
     scratch = work.work_store(store)
     entries = _read_ranges(scratch, [(keys_path(run_key, int(lo), int(hi), buckets), int(s),
@@ -204,11 +230,14 @@ def resolve_bucket(store: ReplicaSet, run_key: str, bucket: int, buckets: int,
         if len(records):
             scratch.put(path, records.tobytes())
         del records
+    notes = sig.exact_notes(entries) if signals else np.zeros(0, dtype=sig.NOTE)
     drops = resolve(entries)  # sorted by (part, pos)
     del entries
     if len(drops):
         scratch.put(drops_path(run_key, bucket), drops.tobytes())
-    return _per_group(drops["part"], groups), edges
+    if len(notes):
+        scratch.put(notes_path(run_key, bucket), notes.tobytes())
+    return _per_group(drops["part"], groups), edges, _per_group(notes["part"], groups)
 
 
 def _per_group(part: np.ndarray, groups: np.ndarray) -> np.ndarray:
@@ -345,18 +374,24 @@ def cc_step(store: ReplicaSet, run_key: str, step: int, bucket: int, buckets: in
 
 
 def near_drops(store: ReplicaSet, run_key: str, step: int, bucket: int, groups: np.ndarray,
-               starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+               starts: np.ndarray, counts: np.ndarray, signals: bool = False) -> np.ndarray:
     """Node bucket ``bucket``'s near-duplicates once the components are stars (the output of
     step ``step - 1`` is its fixpoint): every member but the smallest, stored ordered by
-    partition; returns how many of each group."""
+    partition; with ``signals`` also a note per centre with how many of these are its leaves.
+    Returns how many drops (row 0) and notes (row 1) of each group."""
     scratch = work.work_store(store)
-    node = cc.leaves(_read_edges(scratch, run_key, step, starts, counts))
+    records = _read_edges(scratch, run_key, step, starts, counts)
+    node = cc.leaves(records)
+    notes = sig.cluster_notes(records) if signals else np.zeros(0, dtype=sig.NOTE)
+    del records
     drops = np.zeros(len(node), dtype=DROP)
     drops["part"], drops["pos"] = cc.where(node)
     drops["kind"] = KIND_NEAR
     if len(drops):
         scratch.put(near_drops_path(run_key, bucket), drops.tobytes())
-    return _per_group(drops["part"], groups)
+    if len(notes):
+        scratch.put(near_notes_path(run_key, bucket), notes.tobytes())
+    return np.stack([_per_group(drops["part"], groups), _per_group(notes["part"], groups)])
 
 
 #: components steps before :func:`components` gives up (they take O(log² n); a few in practice)
@@ -395,11 +430,14 @@ def group_ranges(per_drop: np.ndarray, first: np.ndarray, group: int) -> np.ndar
 
 
 def gather_drops(store: ReplicaSet, run_key: str, lo: int, hi: int, ranges: np.ndarray,
-                 near_ranges: np.ndarray | None = None) -> np.ndarray:
+                 near_ranges: np.ndarray | None = None, note_ranges: np.ndarray | None = None,
+                 near_note_ranges: np.ndarray | None = None) -> np.ndarray:
     """Group ``[lo, hi)``'s drops from every bucket (``ranges``: :func:`group_ranges`; with
     near-dup, ``near_ranges`` the same for :func:`near_drops`' files), one row per document
     (its strongest reason), into one file ordered by partition; returns each partition's
-    count."""
+    count. With dedup signals (``note_ranges``, and ``near_note_ranges`` with near-dup: the
+    same for the notes files) the notes too, one per document and kind (summed), into the
+    group's notes file; then returns a second row, each partition's notes."""
     scratch = work.work_store(store)
     wanted = [(drops_path(run_key, int(b)), int(first), int(end)) for b, first, end in ranges]
     if near_ranges is not None:
@@ -407,16 +445,35 @@ def gather_drops(store: ReplicaSet, run_key: str, lo: int, hi: int, ranges: np.n
                    for b, first, end in near_ranges]
     drops = merge_drops(_read_ranges(scratch, wanted, DROP))
     scratch.put(group_drops_path(run_key, lo, hi), drops.tobytes())
-    return np.bincount(drops["part"] - lo, minlength=hi - lo).astype(np.int64)
+    counts = np.bincount(drops["part"] - lo, minlength=hi - lo).astype(np.int64)
+    if note_ranges is None:
+        return counts
+    del drops
+    wanted = [(notes_path(run_key, int(b)), int(first), int(end))
+              for b, first, end in note_ranges]
+    if near_note_ranges is not None:
+        wanted += [(near_notes_path(run_key, int(b)), int(first), int(end))
+                   for b, first, end in near_note_ranges]
+    notes = sig.merge_notes(_read_ranges(scratch, wanted, sig.NOTE))
+    scratch.put(group_notes_path(run_key, lo, hi), notes.tobytes())
+    return np.stack([counts, np.bincount(notes["part"] - lo, minlength=hi - lo)
+                     .astype(np.int64)])
 
 
 def drop_ranges(run_key: str, lo: int, counts: np.ndarray) -> dict[int, DropRange]:
     """``{partition: DropRange}`` for the partitions of group ``[lo, lo + len(counts))`` with
-    drops, from :func:`gather_drops`' counts."""
-    ends = np.cumsum(counts)
-    hi = lo + len(counts)
-    return {lo + int(i): DropRange(run_key, lo, hi, int(ends[i] - counts[i]), int(ends[i]))
-            for i in np.flatnonzero(counts)}
+    drops, from :func:`gather_drops`' counts (with notes, its two rows: the partitions with
+    drops or notes)."""
+    drops, notes = (counts[0], counts[1]) if counts.ndim == 2 else (counts, None)
+    ends = np.cumsum(drops)
+    hi = lo + len(drops)
+    if notes is None:
+        return {lo + int(i): DropRange(run_key, lo, hi, int(ends[i] - drops[i]), int(ends[i]))
+                for i in np.flatnonzero(drops)}
+    note_ends = np.cumsum(notes)
+    return {lo + int(i): DropRange(run_key, lo, hi, int(ends[i] - drops[i]), int(ends[i]),
+                                   int(note_ends[i] - notes[i]), int(note_ends[i]))
+            for i in np.flatnonzero(drops + notes)}
 
 
 def pick(store: ReplicaSet, where: DropRange) -> np.ndarray:
@@ -424,6 +481,14 @@ def pick(store: ReplicaSet, where: DropRange) -> np.ndarray:
     return _read_ranges(work.work_store(store),
                         [(group_drops_path(where.run_key, where.lo, where.hi), where.first,
                           where.end)], DROP)
+
+
+def pick_notes(store: ReplicaSet, where: DropRange) -> np.ndarray:
+    """One partition's notes (dedup signals: :mod:`pipeline.dedup.signals`), sorted by
+    position and kind (one ranged read; none without notes)."""
+    return _read_ranges(work.work_store(store),
+                        [(group_notes_path(where.run_key, where.lo, where.hi),
+                          where.notes_first, where.notes_end)], sig.NOTE)
 
 
 #: runs one step's tasks: ``(step name, fn, [args, ...]) -> [fn(*args), ...]`` in order; the
@@ -435,7 +500,8 @@ Mapper = Callable[[str, Callable[..., Any], list[tuple[Any, ...]]], list[Any]]
 class Shuffled:
     """What :func:`run` found, and what it cost the store and the driver."""
 
-    #: ``{partition: where its drops lie}``, for partitions with any
+    #: ``{partition: where its drops lie}``, for partitions with any (with ``signals``, or
+    #: with notes)
     drops: dict[int, DropRange]
     buckets: int
     groups: int
@@ -450,7 +516,7 @@ class Shuffled:
 
 def run(tasks: Mapper, store: ReplicaSet, run_key: str, keys: list[str],
         keys_per_partition: Sequence[int], buckets: int = 0, per_task: int = 0,
-        threshold: float = 0.0, perms: int = 0) -> Shuffled:
+        threshold: float = 0.0, perms: int = 0, signals: bool = False) -> Shuffled:
     """The whole shuffle: where the drops of each partition with any lie.
 
     ``keys``: the partitions' work-file names, in partition order; ``keys_per_partition``:
@@ -462,6 +528,9 @@ def run(tasks: Mapper, store: ReplicaSet, run_key: str, keys: list[str],
     ``threshold`` > 0: near-dup candidate edges join the components only when the sketches
     of ``perms`` bytes phase 1 left (:func:`pipeline.work.sketches_path`) estimate a Jaccard
     >= ``threshold`` (:func:`verify_candidates`); 0: every edge joins.
+
+    ``signals``: the survivors' notes too (:mod:`pipeline.dedup.signals`), whose ranges the
+    :class:`DropRange` of each partition with drops or notes names (:func:`pick_notes`).
     """
     auto_per_task, auto_buckets = sizes(sum(keys_per_partition))
     buckets, per_task = buckets or auto_buckets, per_task or auto_per_task
@@ -472,13 +541,15 @@ def run(tasks: Mapper, store: ReplicaSet, run_key: str, keys: list[str],
     starts = starts_of(per_key, axis=1)
     verify = threshold > 0
     resolved = tasks("bucket", resolve_bucket,
-                     [(store, run_key, b, buckets, bounds, starts[:, b], per_key[:, b], verify)
-                      for b in range(buckets)])
+                     [(store, run_key, b, buckets, bounds, starts[:, b], per_key[:, b], verify,
+                       signals) for b in range(buckets)])
     per_drop = np.stack([r[0] for r in resolved])
     edges = np.stack([r[1] for r in resolved])
+    per_note = np.stack([r[2] for r in resolved])
     del resolved
-    first = starts_of(per_drop, axis=1)
+    first, first_note = starts_of(per_drop, axis=1), starts_of(per_note, axis=1)
     per_near, first_near = np.zeros_like(per_drop), np.zeros_like(per_drop)
+    per_near_note, first_near_note = np.zeros_like(per_drop), np.zeros_like(per_drop)
     steps = cc_reads = verify_bytes = 0
     if verify and edges.any():  # candidates -> edges whose sketches agree
         edges, cc_reads, verify_bytes = verify_candidates(tasks, store, run_key, keys, groups,
@@ -487,23 +558,37 @@ def run(tasks: Mapper, store: ReplicaSet, run_key: str, keys: list[str],
         steps, per_edge, reads = components(tasks, store, run_key, buckets, edges)
         cc_reads += reads + int(np.count_nonzero(per_edge))
         starts_e = starts_of(per_edge, axis=1)
-        per_near = np.stack(tasks("near-drops", near_drops,
-                                  [(store, run_key, steps, b, bounds, starts_e[:, b],
-                                    per_edge[:, b]) for b in range(buckets)]))
+        near = np.stack(tasks("near-drops", near_drops,
+                              [(store, run_key, steps, b, bounds, starts_e[:, b],
+                                per_edge[:, b], signals) for b in range(buckets)]))
+        per_near, per_near_note = near[:, 0], near[:, 1]
+        del near
         first_near = starts_of(per_near, axis=1)
-        cc_reads += int(np.count_nonzero(per_near))
-    with_drops = [int(g) for g in np.flatnonzero(per_drop.sum(axis=0) + per_near.sum(axis=0))]
-    counts = tasks("drops-of", gather_drops,
-                   [(store, run_key, *groups[g], group_ranges(per_drop, first, g))
-                    + ((group_ranges(per_near, first_near, g),) if steps else ())
-                    for g in with_drops])
+        first_near_note = starts_of(per_near_note, axis=1)
+        cc_reads += int(np.count_nonzero(per_near) + np.count_nonzero(per_near_note))
+    with_drops = [int(g) for g in np.flatnonzero(per_drop.sum(axis=0) + per_near.sum(axis=0)
+                                                 + per_note.sum(axis=0)
+                                                 + per_near_note.sum(axis=0))]
+
+    def gather_args(g: int) -> tuple[Any, ...]:
+        near_ranges = group_ranges(per_near, first_near, g) if steps else None
+        if not signals:
+            return (store, run_key, *groups[g], group_ranges(per_drop, first, g)) + (
+                (near_ranges,) if steps else ())
+        return (store, run_key, *groups[g], group_ranges(per_drop, first, g), near_ranges,
+                group_ranges(per_note, first_note, g),
+                group_ranges(per_near_note, first_near_note, g) if steps else None)
+
+    counts = tasks("drops-of", gather_drops, [gather_args(g) for g in with_drops])
     out: dict[int, DropRange] = {}
     for g, c in zip(with_drops, counts, strict=True):
         out.update(drop_ranges(run_key, groups[g][0], c))
     return Shuffled(out, buckets, len(groups),
-                    int(np.count_nonzero(per_key) + np.count_nonzero(per_drop)) + cc_reads,
+                    int(np.count_nonzero(per_key) + np.count_nonzero(per_drop)
+                        + np.count_nonzero(per_note)) + cc_reads,
                     per_key.nbytes + per_drop.nbytes + 2 * per_near.nbytes
-                    + (edges.nbytes if steps else 0) + verify_bytes, steps)
+                    + (edges.nbytes if steps else 0) + verify_bytes
+                    + (per_note.nbytes + 2 * per_near_note.nbytes if signals else 0), steps)
 
 
 def in_process(name: str, fn: Callable[..., Any], args: list[tuple[Any, ...]]) -> list[Any]:

@@ -37,6 +37,7 @@ from pipeline.dedup import (
     content_key,
     entries,
 )
+from pipeline.dedup import signals as dedup_signals
 from pipeline.isolation import steps_for
 from pipeline.plan import Partition
 from pipeline.readers import ReadOptions, read_partition
@@ -281,7 +282,8 @@ def needs_sketches(one: work.PhaseOne | dict[str, Any], p: StageParams) -> bool:
 
 
 def phase_two(one: work.PhaseOne, run_key: str, store: ReplicaSet, row_group_tokens: int,
-              vocab_size: int, picked: shuffle.DropRange | None = None) -> work.PhaseTwo:
+              vocab_size: int, picked: shuffle.DropRange | None = None,
+              signals: tuple[str, ...] = ()) -> work.PhaseTwo:
     """The partition's final shard: phase 1's, linked or copied, or re-encoded without its
     duplicates.
 
@@ -289,15 +291,20 @@ def phase_two(one: work.PhaseOne, run_key: str, store: ReplicaSet, row_group_tok
     merged across dedup buckets: a document condemned by several, exact and near, is dropped
     once, as its first kind).
 
+    ``signals``: dedup's own columns (``--dedup-signals``, :mod:`pipeline.dedup.signals`),
+    added after the shard's others from the partition's notes
+    (:func:`pipeline.shuffle.pick_notes`): the shard is then re-encoded even where it lost no
+    row.
+
     Either way the bytes are what encoding the surviving rows gives, so they do not depend on
     whether a partition lost rows in this run or in which order things happened.
     """
     index = one.index
     scratch = work.work_store(store)
     drops = shuffle.pick(store, picked) if picked is not None else np.zeros(0, dtype=DROP)
-    shard, duplicates, same_as = None, {}, None
+    shard, duplicates, same_as, added = None, {}, None, {}
     if one.shard is not None:
-        if not len(drops):
+        if not len(drops) and not signals:
             # Verified on the way: a damaged work file must not become a shard. The verified
             # work file itself becomes the shard where the store can link it.
             data = scratch.get(work.rows_path(one.key), sha256=one.shard.sha256)
@@ -306,34 +313,58 @@ def phase_two(one: work.PhaseOne, run_key: str, store: ReplicaSet, row_group_tok
             exact = int((drops["kind"] == KIND_EXACT).sum())
             duplicates = {k: v for k, v in (("duplicate", exact),
                                             ("near_duplicate", len(drops) - exact)) if v}
+            extra = None
+            if signals:
+                notes = (shuffle.pick_notes(store, picked) if picked is not None
+                         else np.zeros(0, dtype=dedup_signals.NOTE))
+                extra = dedup_signals.columns(index, one.shard.rows, notes, signals)
             data, shard = _without(scratch, one, drops["pos"], tokens.token_dtype(vocab_size),
-                                   row_group_tokens)
+                                   row_group_tokens, extra)
+            if shard is not None and extra:
+                added = dict.fromkeys(extra, dedup_signals.TYPE)
         if shard is not None:
             shard = named(index, shard)
             store.put(shard.path, data, same_as=same_as)
-    result = work.PhaseTwo(index, shard, duplicates)
+    result = work.PhaseTwo(index, shard, duplicates, signals=added)
     work.put_json(scratch, work.done2_path(run_key, index), work.marker(result))
     return result
 
 
 def _without(scratch: ReplicaSet, one: work.PhaseOne, dropped: np.ndarray, dtype: np.dtype,
-             row_group_tokens: int) -> tuple[bytes, ShardInfo | None]:
+             row_group_tokens: int, extra: dict[str, np.ndarray] | None = None
+             ) -> tuple[bytes, ShardInfo | None]:
     """Phase 1's shard re-encoded without the rows at positions ``dropped``, a row group at a
     time: the bytes :func:`pipeline.shards.encode_table` gives on the surviving rows. It holds
     phase 1's bytes (verified on the way: a damaged work file must not become a shard) and one
     row group of rows, then, once those are gone, the new shard's bytes for the put. The new
-    shard keeps phase 1's codec (``--shard-compression``), read from its metadata."""
+    shard keeps phase 1's codec (``--shard-compression``), read from its metadata.
+
+    ``extra``: int64 columns to add after the shard's own (dedup signals), a value for each
+    of phase 1's rows, dropped ones included (taken with the kept rows)."""
     assert one.shard is not None
     source = pq.ParquetFile(pa.BufferReader(
         scratch.get(work.rows_path(one.key), sha256=one.shard.sha256)))
     keep = np.ones(source.metadata.num_rows, dtype=bool)
     keep[dropped] = False
     schema = shard_schema(source.schema_arrow)
+    extra = extra or {}
+    clash = sorted(set(extra) & set(schema.names))
+    if clash:
+        raise ValueError(f"partition {one.index}: a step already wrote {clash[0]!r}, "
+                         "a column of --dedup-signals")
+    for name in extra:
+        schema = schema.append(pa.field(name, pa.int64()))
     with ShardWriter(dtype, row_group_tokens, schema, shard_codec(source.metadata)) as writer:
         at = 0
         for i in range(source.num_row_groups):
             group = source.read_row_group(i)
-            writer.add(group.filter(pa.array(keep[at:at + group.num_rows])))
+            mask = keep[at:at + group.num_rows]
+            kept = group.filter(pa.array(mask))
+            if extra:
+                kept = pa.Table.from_arrays(
+                    [*kept.columns, *(pa.array(col[at:at + group.num_rows][mask], pa.int64())
+                                      for col in extra.values())], schema=schema)
+            writer.add(kept)
             at += group.num_rows
             del group
         source.close()

@@ -77,12 +77,14 @@ class PhaseTwo:
     shard: ShardInfo | None
     duplicates: dict[str, int] = field(default_factory=dict)
     resumed: bool = False
+    #: the columns phase 2 added to the shard (dedup signals): name -> Parquet type
+    signals: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PhaseTwo:
         s = d.get("shard")
         return cls(d["index"], ShardInfo.from_dict(s) if s else None, d.get("duplicates", {}),
-                   resumed=True)
+                   resumed=True, signals=d.get("signals") or {})
 
 
 class PhaseOneResults:
@@ -224,6 +226,8 @@ class PhaseTwoResults:
         self.done: set[int] = set()
         self.shards = ShardTable()
         self._duplicates: dict[int, dict[str, int]] = {}  # only partitions that dropped any
+        #: the columns phase 2 added to any shard (dedup signals) and their types
+        self.signals: dict[str, str] = {}
 
     def __len__(self) -> int:
         return len(self.done)
@@ -241,6 +245,7 @@ class PhaseTwoResults:
             self.shards.add(two.index, two.shard)
         else:
             self.shards.discard(two.index)
+        merge_signals(self.signals, two.signals, two.index)
 
     def discard(self, index: int) -> None:
         """Forget partition ``index``'s result (a newer marker for it is not usable)."""
