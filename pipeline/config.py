@@ -223,6 +223,9 @@ class PipelineConfig:
         if self.files_per_partition < 1:
             raise ValueError("files_per_partition must be at least 1 (1: no packing)")
         positive_seconds("--lease-ttl", self.lease_ttl)  # finite: NaN would never expire
+        if self.dedup_signals and self.dedup == "none" and not self.near_dup:
+            raise ValueError("--dedup-signals needs --dedup exact or --near-dup: with no dedup "
+                             "there is nothing to count")
         positive_seconds("--record-cpu-s", self.record_cpu_s, MAX_RECORD_S)
         positive_seconds("--record-wall-s", self.record_wall_s, MAX_RECORD_S)
         if self.tokenizer_threads < 1:

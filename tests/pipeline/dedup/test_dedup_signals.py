@@ -243,3 +243,11 @@ def test_a_rerun_folds_the_columns_from_phase_two_markers() -> None:
     assert list(folded.signals) == DEDUP_COLUMNS
     assert sig.names(exact=True, near=False) == (sig.EXACT_COUNT,)
     assert sig.names(exact=False, near=True) == (sig.CLUSTER_ID, sig.CLUSTER_SIZE)
+
+
+def test_dedup_signals_without_any_dedup_is_refused() -> None:
+    from pipeline.config import PipelineConfig
+
+    with pytest.raises(ValueError, match="--dedup-signals needs --dedup exact or --near-dup"):
+        PipelineConfig(dedup_signals=True, dedup="none")
+    assert PipelineConfig(dedup_signals=True, dedup="none", near_dup=True).dedup_signals
