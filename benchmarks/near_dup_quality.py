@@ -54,7 +54,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_utils import RESULTS, machine, write_results  # noqa: E402
-from pipeline import shuffle, work  # noqa: E402
 from pipeline.config import PipelineConfig  # noqa: E402
 from pipeline.dedup import (  # noqa: E402
     ENTRY,
@@ -65,8 +64,10 @@ from pipeline.dedup import (  # noqa: E402
     content_key,
     entries,
     resolve,
+    shuffle,  # noqa: E402
     verify,
 )
+from pipeline.tasks import work
 from storage import ReplicaSet  # noqa: E402
 
 #: edit rates of a family member against the member it was made from (0: an exact copy)
@@ -142,7 +143,8 @@ def truth_drops(n: int, pairs: dict[tuple[int, int], float]) -> tuple[set[int], 
 
 
 class Measured:
-    """A :data:`pipeline.shuffle.Mapper` running tasks here, each one's peak allocation kept."""
+    """A :data:`pipeline.dedup.shuffle.Mapper` running tasks here, each one's peak allocation
+    kept."""
 
     def __init__(self) -> None:
         self.peak: dict[str, int] = defaultdict(int)

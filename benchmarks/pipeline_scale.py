@@ -4,11 +4,13 @@ files (issue 24), on simulated inputs.
 The input is a synthetic fsspec filesystem (``synth://``) that declares ``--files`` text files
 of ``--input-tb / --files`` bytes each and lists them a page of 1,000 at a time, as an S3
 prefix's listing comes (nothing is read). Through the real driver code:
-:func:`pipeline.discovery.discover_table` (the compact file table, filled a page at a time),
-:func:`pipeline.plan.auto_partition_bytes` and :class:`pipeline.plan.PartitionPlan`, the
-completion state (:func:`pipeline.work.read_state`) and the job's lazy submission (a
+:func:`pipeline.planning.discovery.discover_table` (the compact file table, filled a page at a
+time),
+:func:`pipeline.planning.plan.auto_partition_bytes` and
+:class:`pipeline.planning.plan.PartitionPlan`, the
+completion state (:func:`pipeline.tasks.work.read_state`) and the job's lazy submission (a
 partition's key and marker lookup as its task is submitted), then the bounded
-:class:`pipeline.window.TaskWindow` on a real ``dask scheduler`` process with two
+:class:`pipeline.driver.window.TaskWindow` on a real ``dask scheduler`` process with two
 ``dask worker`` processes. The tasks are stand-ins of ``--task-ms`` that leave a phase-1
 marker as phase 1 does, compacted into ledgers by the driver (phase 1 does the real work;
 here the driver and the scheduler are measured), at most ``--max-tasks`` of them: a window
@@ -166,10 +168,10 @@ def measure(input_tb: float, files: int, task_ms: float, max_tasks: int) -> dict
     """One point of the sweep (run in a fresh process: peak RSS is per process)."""
     from distributed import Client
 
-    from pipeline import work
-    from pipeline.discovery import discover_table
-    from pipeline.plan import PartitionPlan, auto_partition_bytes
-    from pipeline.window import TaskWindow
+    from pipeline.driver.window import TaskWindow
+    from pipeline.planning.discovery import discover_table
+    from pipeline.planning.plan import PartitionPlan, auto_partition_bytes
+    from pipeline.tasks import work
     from storage import ReplicaSet
 
     size = int(input_tb * TB // files)

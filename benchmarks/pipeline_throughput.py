@@ -10,7 +10,7 @@ that dedup keeps it, and measures tokens/s of, each in a fresh child process:
   with a thread per core), each with a checksum of its ids so that exactness against HF is
   checked here too;
 * ``pipeline_N``: ``python -m pipeline``'s job end to end with N workers (cluster start
-  included), with its default encoder (the exact fast path, ``pipeline/fast_bpe.py``);
+  included), with its default encoder (the exact fast path, ``pipeline/tasks/fast_bpe.py``);
   ``pipeline_hf_N``: the same with ``SHARDFLOW_TOKENIZER_ENGINE=hf`` (HF ``tokenizers``);
 * ``phase1_plain_N`` (on the ``--scale-mb`` corpus, beside ``pipeline_1`` and ``pipeline_N``):
   the pipeline's phase-1 tasks over the same partitions in N plain processes, without Dask,
@@ -137,7 +137,7 @@ def _checksum(chunks: list) -> str:
 def child_bare(files: list[Path]) -> dict:
     from tokenizers import Tokenizer
 
-    from pipeline.tokenizing import gpt2
+    from pipeline.tasks.tokenizing import gpt2
 
     texts = _texts(files)
     tok = Tokenizer.from_str(gpt2().json)
@@ -154,8 +154,8 @@ def child_bare(files: list[Path]) -> dict:
 def child_bare_fastokens(files: list[Path]) -> dict:
     import numpy as np
 
-    from pipeline.fast_bpe import FastBPE
-    from pipeline.tokenizing import gpt2
+    from pipeline.tasks.fast_bpe import FastBPE
+    from pipeline.tasks.tokenizing import gpt2
 
     texts = _texts(files)
     fast = FastBPE(gpt2().json)
@@ -172,8 +172,8 @@ def child_bare_tiktoken(files: list[Path], threads: int) -> dict:
     import tiktoken
     import tiktoken.load
 
-    from pipeline.fast_bpe import GPT2_PATTERN
-    from pipeline.tokenizing import GPT2_EOS, _gpt2_files
+    from pipeline.tasks.fast_bpe import GPT2_PATTERN
+    from pipeline.tasks.tokenizing import GPT2_EOS, _gpt2_files
 
     texts = _texts(files)
     encoder_json, vocab_bpe = _gpt2_files()
@@ -190,7 +190,7 @@ def child_bare_tiktoken(files: list[Path], threads: int) -> dict:
 
 def child_pipeline(files: list[Path], workers: int) -> dict:
     from pipeline.config import PipelineConfig
-    from pipeline.job import run
+    from pipeline.driver.job import run
 
     out = Path(tempfile.mkdtemp(prefix="bench-ds-"))
     try:
@@ -205,7 +205,7 @@ def child_pipeline(files: list[Path], workers: int) -> dict:
 
 
 def _phase_one_task(args: tuple) -> int:
-    from pipeline.stages import phase_one
+    from pipeline.tasks.stages import phase_one
 
     part, store, params = args
     return phase_one(part, f"plain-{part.index:05d}", store, params).tokens
@@ -219,11 +219,11 @@ def child_phase1_plain(files: list[Path], procs: int) -> dict:
     from concurrent.futures import ProcessPoolExecutor
     from dataclasses import replace
 
-    from pipeline import tokenizing
     from pipeline.config import PipelineConfig
-    from pipeline.discovery import discover
-    from pipeline.plan import auto_partition_bytes, plan_partitions
-    from pipeline.stages import StageParams
+    from pipeline.planning.discovery import discover
+    from pipeline.planning.plan import auto_partition_bytes, plan_partitions
+    from pipeline.tasks import tokenizing
+    from pipeline.tasks.stages import StageParams
     from storage import tokenizer_name
 
     out = Path(tempfile.mkdtemp(prefix="bench-p1-"))
@@ -254,7 +254,7 @@ def child_hf(files: list[Path], procs: int) -> dict:
     import datasets
     from tokenizers import Tokenizer
 
-    from pipeline.tokenizing import gpt2
+    from pipeline.tasks.tokenizing import gpt2
 
     datasets.disable_progress_bars()
     tok_json = gpt2().json
@@ -283,7 +283,7 @@ def child_pandas(files: list[Path]) -> dict:
     import pyarrow.parquet as pq
     from tokenizers import Tokenizer
 
-    from pipeline.tokenizing import gpt2
+    from pipeline.tasks.tokenizing import gpt2
 
     tok = Tokenizer.from_str(gpt2().json)
     out = Path(tempfile.mkdtemp(prefix="bench-pd-"))
@@ -463,7 +463,7 @@ def main() -> int:
     cores = os.cpu_count() or 1
     from pipeline.cleaning import CleaningConfig
     from pipeline.config import PipelineConfig
-    from pipeline.tokenizing import gpt2
+    from pipeline.tasks.tokenizing import gpt2
 
     # the peers clean with CleaningConfig(): the pipeline's defaults must be those
     assert PipelineConfig(inputs=["x"], output="y").cleaning == CleaningConfig()

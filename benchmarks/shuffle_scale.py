@@ -1,7 +1,7 @@
 """The dedup shuffle over many partitions: key groups against one key file per partition.
 
 Writes ``--partitions`` partitions' dedup key files (random 128-bit keys, ``--dup-share`` of
-them repeating a key of an earlier partition) to a store, then runs ``pipeline.shuffle.run``,
+them repeating a key of an earlier partition) to a store, then runs ``pipeline.dedup.shuffle.run``,
 the driver's own code, with a pool of ``--workers`` threads standing for the Dask workers,
 two ways, alternating, ``--runs`` times each:
 
@@ -42,8 +42,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_utils import RESULTS, median, write_results  # noqa: E402
 from loopback_s3 import start_servers  # noqa: E402
-from pipeline import shuffle, work  # noqa: E402
-from pipeline.dedup import ENTRY, KIND_EXACT  # noqa: E402
+from pipeline.dedup import (  # noqa: E402
+    ENTRY,
+    KIND_EXACT,
+    shuffle,  # noqa: E402
+)
+from pipeline.tasks import work
 from storage import ReplicaSet  # noqa: E402
 
 LAYOUTS = ("grouped", "per_partition")

@@ -4,7 +4,8 @@ The same job on the same WARC files and the same cores, each system in a fresh p
 interleaved rounds, medians:
 
 - Shardflow: ``python -m pipeline run '*.warc.gz' --filters gopher,c4,fineweb --pii mask
-  --dedup none`` (FastWARC, Resiliparse, our rule sets), through ``pipeline.job.run``, cluster
+  --dedup none`` (FastWARC, Resiliparse, our rule sets), through ``pipeline.driver.job.run``,
+  cluster
   start and commit included.
 - datatrove: ``WarcReader`` -> ``Trafilatura`` (its and FineWeb's extractor, default
   precision and 1 s timeout) -> ``GopherRepetitionFilter`` -> ``GopherQualityFilter`` ->
@@ -66,7 +67,7 @@ def make_warcs(folder: Path, files: int, pages: int) -> dict[str, int]:
 
 def child_shardflow(folder: str, workers: int) -> dict:
     from pipeline.config import PipelineConfig
-    from pipeline.job import run
+    from pipeline.driver.job import run
 
     out = tempfile.mkdtemp(prefix="bench-web-sf-")
     cfg = PipelineConfig(inputs=[f"{folder}/*.warc.gz"], output=out, workers=workers,
@@ -93,7 +94,7 @@ def child_datatrove(folder: str, workers: int) -> dict:
     from datatrove.pipeline.readers import WarcReader
     from datatrove.pipeline.tokens import DocumentTokenizer
 
-    from pipeline import tokenizing
+    from pipeline.tasks import tokenizing
 
     work = Path(tempfile.mkdtemp(prefix="bench-web-dt-"))
     tok = tokenizing.load("gpt2", None)

@@ -5,7 +5,7 @@ and phase 2 stream a partition a row group at a time, so the peak should stay ne
 worker's whatever the partition size (tests/pipeline/test_memory.py checks 32 vs 128 MiB in
 CI time; this runs the sizes CI cannot afford).
 
-Method: the real ``pipeline.job.run`` (LocalCluster, one worker) on one JSONL
+Method: the real ``pipeline.driver.job.run`` (LocalCluster, one worker) on one JSONL
 file per size, written as unique documents of GPT-2-tokenized English words (~4-5 bytes a
 token, like prose; a small vocabulary keeps the encoder's word cache warm, so the run is
 tokenizer-bound, not dictionary-bound). ``--partition-bytes`` is above the file's size: the
@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_utils import RESULTS, write_results  # noqa: E402
 from pipeline.config import PipelineConfig  # noqa: E402
-from pipeline.job import run  # noqa: E402
+from pipeline.driver.job import run  # noqa: E402
 from tests.pipeline.test_memory import WorkerPeaks, _write_words  # noqa: E402
 
 MiB = 1 << 20

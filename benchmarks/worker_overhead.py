@@ -1,11 +1,12 @@
-"""What a pipeline worker's setup costs beside tokenizing: the two settings in pipeline.cluster.
+"""What a pipeline worker's setup costs beside tokenizing: the two settings in
+pipeline.driver.cluster.
 
 * ``tokenizer_path``: two processes tokenize half of the corpus each on one thread (as two
   one-thread workers do), once with the tokenizer's serial path (``TOKENIZERS_PARALLELISM=
   false``) and once with a one-thread rayon pool (``true``, what workers get). Same ids.
 * ``housekeeping``: one LocalCluster worker runs a tokenizing task; the worker process's CPU
   beyond the task thread's own is Dask's housekeeping (stack sampler, event-loop watchdog,
-  monitors), at Dask's defaults and at ``pipeline.cluster.QUIET_HOUSEKEEPING``.
+  monitors), at Dask's defaults and at ``pipeline.driver.cluster.QUIET_HOUSEKEEPING``.
 
 Medians over ``--runs``, the variants interleaved; JSON to benchmarks/results/worker_overhead.json
 and a PNG. ``--quick`` (~3 MB, one run) is a smoke test.
@@ -48,7 +49,7 @@ def _threads_cpu() -> dict[int, float]:
 
 
 def _encode_all(texts: list[str]) -> int:
-    from pipeline import tokenizing
+    from pipeline.tasks import tokenizing
 
     tok = tokenizing._from_json(tokenizing.gpt2().json)
     n = 0
@@ -68,7 +69,7 @@ def child_half(files: list[Path], half: int) -> dict:
 
 def child_worker(files: list[Path], quiet: bool) -> dict:
     """A one-worker LocalCluster tokenizing the corpus in one task: process vs task CPU."""
-    from pipeline import cluster
+    from pipeline.driver import cluster
 
     if not quiet:
         cluster.QUIET_HOUSEKEEPING = {}  # Dask's defaults

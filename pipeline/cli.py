@@ -20,10 +20,10 @@ from typing import Annotated, Any, Literal
 from cyclopts import Parameter
 
 from pipeline.config import DEFAULT_OUTPUT, PipelineConfig
+from pipeline.driver.worker_setup import WorkerImportError
 from pipeline.records import InputError, StrictModeError
 from pipeline.steps.contract import StepError
-from pipeline.train_classifier import register as register_train_classifier
-from pipeline.worker_setup import WorkerImportError
+from pipeline.steps.train_classifier import register as register_train_classifier
 from storage import (
     VERSIONS_DIR,
     DatasetNotFoundError,
@@ -82,7 +82,9 @@ def run(*inputs: Annotated[str, Parameter(name="INPUT")],
         no progress bar
     """
     cfg = resolve_config(list(inputs), output, settings, where)
-    from pipeline.job import run as run_job  # imported late: `inspect` should not pay for Dask
+    from pipeline.driver.job import (
+        run as run_job,  # imported late: `inspect` should not pay for Dask
+    )
 
     print(run_job(cfg, progress=not no_progress).render())
     return 0
@@ -156,7 +158,7 @@ def export(url: Annotated[str, Parameter(name="URL")],
     no_progress
         no progress bar
     """
-    from pipeline.export import export as export_dataset
+    from pipeline.output.export import export as export_dataset
 
     store = where.store(url)
     print(export_dataset(store, output, format, where.options,
@@ -189,7 +191,7 @@ def _inspect(url: str, where: ReplicaFlags, as_json: bool, signal_rows: int = 1_
     section: list[str] = []
     summary: dict[str, Any] | None = None
     if m.stats.get("signals") or plot:
-        from pipeline import signal_summary as sig  # imported late: only for signals
+        from pipeline.output import signal_summary as sig  # imported late: only for signals
 
         if plot:
             if not m.stats.get("signals"):

@@ -19,15 +19,15 @@ from typing import Annotated, Any
 
 from cyclopts import Parameter
 
-from pipeline.carbon import parse_deadline
 from pipeline.cleaning import CleaningConfig
-from pipeline.plan import PACK_MAX_FILES
+from pipeline.driver.carbon import parse_deadline
+from pipeline.output.shards import DEFAULT_CODEC, check_codec
+from pipeline.planning.plan import PACK_MAX_FILES
 from pipeline.readers import DEFAULT_MAX_RECORD_BYTES, ReadOptions
-from pipeline.record_steps import RECORD_CPU_S, RECORD_WALL_S
-from pipeline.shards import DEFAULT_CODEC, check_codec
 from pipeline.steps.checks import resolved
 from pipeline.steps.recipe import Recipe, parse_recipe_json
 from pipeline.steps.shorthand import parse_rule_sets, shorthand_recipe
+from pipeline.tasks.record_steps import RECORD_CPU_S, RECORD_WALL_S
 from pipeline.web import WebConfig, parse_filter_options, parse_filters
 from pipeline.web.langid import check_languages
 from storage import ReplicaSet, display_url
@@ -193,7 +193,7 @@ class PipelineConfig:
                           "driver renews it every third of that, and a dead driver's lease is "
                           "taken over once it expires", manifest=False)
 
-    # -- energy and carbon (pipeline/carbon.py; never change the output bytes) --------------
+    # -- energy and carbon (pipeline/driver/carbon.py; never change the output bytes) --------------
     carbon_signal: Annotated[str | None, Parameter(metavar="SRC")] = _f(
         None, "carbon-intensity forecast (gCO2e/kWh) to read and re-read while the run goes: "
         "a file or URL in the Carbon Aware SDK's or Electricity Maps' JSON (README, "

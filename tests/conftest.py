@@ -48,7 +48,7 @@ def corpus_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_dataset(tmp_path_factory: pytest.TempPathFactory, corpus_dir: Path) -> str:
     """A dataset made by the real pipeline (Dask LocalCluster) from ``corpus_dir``."""
     from pipeline.config import PipelineConfig
-    from pipeline.job import run
+    from pipeline.driver.job import run
 
     out = tmp_path_factory.mktemp("datasets") / "tiny"
     # one shard per file (packing would make the four small files one shard): the loader's

@@ -223,7 +223,7 @@ def _names(suffix: str, text: str) -> bool:
 def test_help_and_readme_name_every_input_format() -> None:
     """Every file name ending discovery accepts is in ``run --help`` and the README, WARC's
     compound endings included: the help once left WARC out, so users thought it unsupported."""
-    from pipeline.discovery import COMPRESSIONS, FORMATS, detect_format
+    from pipeline.planning.discovery import COMPRESSIONS, FORMATS, detect_format
 
     endings = [*FORMATS, *COMPRESSIONS, ".warc.gz", ".warc.wet.gz"]
     assert detect_format("x.warc.wet.gz") == ("warc", "gzip")
@@ -237,8 +237,8 @@ def test_warc_partitions_are_as_the_docs_say() -> None:
     """The docs once said "one partition per WARC file", and 23 small files became 2
     partitions: a WARC file is never split, and small ones are packed like any unsplit file
     (README's Common Crawl section: 23 files of about 80 KB are two partitions)."""
-    from pipeline.discovery import InputFile
-    from pipeline.plan import auto_partition_bytes, plan_partitions
+    from pipeline.planning.discovery import InputFile
+    from pipeline.planning.plan import auto_partition_bytes, plan_partitions
 
     for doc in (README, DESIGN):
         stale = re.findall(r"[Oo]ne partition per (?:WARC )?file", doc.read_text())

@@ -2,7 +2,7 @@
 
 Exact dedup keys a document by a 128-bit hash of its cleaned text; near-dup (MinHash LSH)
 adds one key per band of its MinHash signature. Keys are shuffled into buckets by hash on the
-Dask workers (see ``pipeline.shuffle``); in each bucket, among the documents that share an
+Dask workers (see ``pipeline.dedup.shuffle``); in each bucket, among the documents that share an
 exact key, the one with the smallest ``(partition, position)`` survives. Band keys connect
 documents instead: of each connected component of documents linked by shared bands (chains
 included, ``pipeline.dedup.components``), the smallest ``(partition, position)`` survives.

@@ -1,7 +1,7 @@
 """Dedup's own signals (``--dedup-signals``): per kept document, how many documents had its
 exact text and the size and id of its near-duplicate cluster (pure NumPy).
 
-They are decided where the duplicates are, in the shuffle (``pipeline.shuffle``), never by
+They are decided where the duplicates are, in the shuffle (``pipeline.dedup.shuffle``), never by
 gathering keys: each bucket writes, besides the documents it condemns, a *note* per survivor
 of a key shared by several documents (:func:`exact_notes`: how many share it), and each node
 bucket at the components' fixpoint a note per component centre with how many of the centre's

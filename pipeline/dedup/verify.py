@@ -9,7 +9,7 @@ bytes (:func:`pipeline.dedup.keys.sketch`: the low 8 bits of each value); the de
 function of the two sketches alone, so the verified edges, and the survivors, are the same
 whatever the partitioning, buckets, workers or retries.
 
-The shuffle brings the two sketches together in two hops of the edge (``pipeline.shuffle``):
+The shuffle brings the two sketches together in two hops of the edge (``pipeline.dedup.shuffle``):
 to the key group holding its larger document, which attaches that document's sketch
 (:data:`CARRIED`), then to the group holding its smaller one, which compares.
 """

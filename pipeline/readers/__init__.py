@@ -2,7 +2,8 @@
 
 ``read_partition`` opens the partition's file (decompressing through fsspec), hands it to the
 format's reader, and turns the ways a file can fail — unreadable, truncated, not a regular
-file, not its listed size (:mod:`pipeline.input_checks`) — into rejected records, so that a bad
+file, not its listed size (:mod:`pipeline.planning.input_checks`) — into rejected records, so that
+a bad
 file never stops a run unless ``--strict`` asks for it.
 """
 
@@ -15,8 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline import input_checks
-from pipeline.plan import Partition
+from pipeline.planning import input_checks
+from pipeline.planning.plan import Partition
 from pipeline.records import Document, Rejected
 from storage import display_url, resolve
 
@@ -76,7 +77,7 @@ def read_partition(part: Partition, opts: ReadOptions,
                    storage_options: dict[str, Any] | None = None
                    ) -> Iterator[Document | Rejected]:
     """Stream the documents (and rejected records) of one partition: its files one after
-    another when it is packed (:func:`pipeline.plan.plan_partitions`)."""
+    another when it is packed (:func:`pipeline.planning.plan.plan_partitions`)."""
     if part.members:
         for piece in part.pieces():
             yield from read_partition(piece, opts, storage_options)

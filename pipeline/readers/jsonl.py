@@ -10,7 +10,7 @@ from pipeline.readers.lines import iter_lines
 from pipeline.records import Document, Rejected, raw_preview
 
 if TYPE_CHECKING:
-    from pipeline.plan import Partition
+    from pipeline.planning.plan import Partition
     from pipeline.readers import ReadOptions
 
 

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 from pipeline.records import Document, Rejected, raw_preview
 
 if TYPE_CHECKING:
-    from pipeline.plan import Partition
+    from pipeline.planning.plan import Partition
     from pipeline.readers import ReadOptions
 
 _STRINGS = (pa.string(), pa.large_string(), pa.binary(), pa.large_binary())

@@ -16,7 +16,7 @@ from pipeline.readers.lines import first_line_start, iter_lines, previous_line_b
 from pipeline.records import Document, Rejected, raw_preview
 
 if TYPE_CHECKING:
-    from pipeline.plan import Partition
+    from pipeline.planning.plan import Partition
     from pipeline.readers import ReadOptions
 
 

@@ -27,7 +27,7 @@ nothing to the others: 1.5 % of the web steps' time per page (four rule sets, la
 The worst admitted page, 8 MB of 125-deep chains, extracts in 2.3 s;
 1 M nested ``<div>`` is refused in 0.2 s (its parse) where extraction would take hours.
 Resiliparse has no depth or time limit of its own: a record's time is bounded around all of
-its steps (:mod:`pipeline.record_steps`).
+its steps (:mod:`pipeline.tasks.record_steps`).
 """
 
 from __future__ import annotations

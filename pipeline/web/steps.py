@@ -29,7 +29,7 @@ RULE_SETS: dict[str, type] = {
     "fineweb": FineWebQuality,
 }
 ALIASES = {"gopher": ("gopher_repetition", "gopher_quality")}
-#: the metadata columns written beside ``input_ids`` (pipeline.shards.META_SCHEMA)
+#: the metadata columns written beside ``input_ids`` (pipeline.output.shards.META_SCHEMA)
 META_COLUMNS = ("url", "date", "source", "lang", "lang_score")
 
 

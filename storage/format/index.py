@@ -144,7 +144,7 @@ def index_head(columns: dict[str, tuple[int, str]], n_groups: int, n_shards: int
     """The object's bytes before its first column (magic, header length, header, padding),
     given each column's ``(byte length, sha256 hex)``: the columns follow in name order,
     each padded to :data:`ALIGN`. Writers that hold the columns (:func:`build_index_arrays`)
-    and writers that spilled them (``pipeline.index_file``) make the same bytes with it."""
+    and writers that spilled them (``pipeline.output.index_file``) make the same bytes with it."""
     dtypes = column_dtypes(list(columns))
     table, offset = {}, 0
     for name in sorted(dtypes):
@@ -192,7 +192,7 @@ def build_index(shards: Sequence[Any], digest: str | None = None) -> bytes:
 
 
 def index_columns(shards: Sequence[Any], digest: str) -> dict[str, np.ndarray]:
-    """The columns :func:`build_index` writes for ``shards`` (``pipeline.shard_table`` makes
+    """The columns :func:`build_index` writes for ``shards`` (``pipeline.output.shard_table`` makes
     the same from compact records, without ``ShardInfo`` objects)."""
     groups = [g for s in shards for g in s.row_groups]
     columns = {

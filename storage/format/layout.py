@@ -21,7 +21,7 @@ QUARANTINE_DIR = "quarantine"
 INDEX_DIR = "index"
 #: immutable copies of every committed manifest: ``<sequence>-<manifest sha16>.json``
 VERSIONS_DIR = "_versions"
-#: a run's scratch files (``pipeline.work``), removed once it commits
+#: a run's scratch files (``pipeline.tasks.work``), removed once it commits
 WORK_DIR = "_work"
 #: the writer lease of the output (``storage.io.lease``): one run writes a dataset at a time
 LEASE = "_lease.json"

@@ -188,7 +188,7 @@ def fine_dataset(tmp_path_factory: pytest.TempPathFactory, corpus_dir: Path) -> 
     """The tiny corpus in row groups of 512 tokens (~200): enough of them for the default
     ``run_blocks`` to choose runs (at 4 lanes: 2 from 128 row groups, 4 from 256)."""
     from pipeline.config import PipelineConfig
-    from pipeline.job import run
+    from pipeline.driver.job import run
 
     out = tmp_path_factory.mktemp("datasets") / "fine"
     run(PipelineConfig(inputs=[str(corpus_dir / "*.txt")], output=str(out), workers=2,

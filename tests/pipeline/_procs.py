@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from pipeline.cluster import worker_env
+from pipeline.driver.cluster import worker_env
 
 REPO = Path(__file__).resolve().parents[2]
 #: what the LocalCluster gives its workers, for separately started ones too

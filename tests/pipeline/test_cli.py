@@ -93,8 +93,8 @@ def test_inspect_is_readable_and_its_json_is_the_manifest(tiny_dataset: str,
 
 
 def test_run_summary_and_progress_use_thousands_separators() -> None:
-    from pipeline.job import RunSummary
-    from pipeline.progress import ProgressBar
+    from pipeline.driver.job import RunSummary
+    from pipeline.driver.progress import ProgressBar
     from storage.admin.versions import HistoryEntry, render_history
 
     text = RunSummary(

@@ -27,7 +27,7 @@ import psutil
 import pytest
 
 from pipeline.config import PipelineConfig
-from pipeline.job import run
+from pipeline.driver.job import run
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")]

@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from pipeline.discovery import discover
-from pipeline.plan import Partition, plan_partitions
+from pipeline.planning.discovery import discover
+from pipeline.planning.plan import Partition, plan_partitions
 from pipeline.readers import ReadOptions, read_partition
 from pipeline.records import Document, InputError, Rejected
 

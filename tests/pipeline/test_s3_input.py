@@ -21,9 +21,9 @@ from fsspec.implementations.local import LocalFileSystem
 from tokenizers import Tokenizer
 
 from pipeline.config import PipelineConfig
-from pipeline.discovery import discover
-from pipeline.job import run
-from pipeline.plan import plan_partitions
+from pipeline.driver.job import run
+from pipeline.planning.discovery import discover
+from pipeline.planning.plan import plan_partitions
 from storage import Manifest, ShardInfo, read_manifest, resolve, tokens
 from storage.format.index import read_index, shards_from_columns
 

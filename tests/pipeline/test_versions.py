@@ -17,7 +17,7 @@ import pytest
 
 from loaders import build_dataloader
 from pipeline.config import PipelineConfig
-from pipeline.job import run
+from pipeline.driver.job import run
 from storage import ReplicaSet, objects_of, read_manifest, store_versions
 from storage.admin.versions import history
 from tests.conftest import shakespeare_texts

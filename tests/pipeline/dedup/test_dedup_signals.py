@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline import shuffle, work
 from pipeline.config import PipelineConfig
-from pipeline.dedup import KIND_EXACT, KIND_NEAR, components, content_key, entries
+from pipeline.dedup import KIND_EXACT, KIND_NEAR, components, content_key, entries, shuffle
 from pipeline.dedup import signals as sig
-from pipeline.job import run
+from pipeline.driver.job import run
+from pipeline.tasks import work
 from storage import ReplicaSet, read_manifest, shards_of
 
 DEDUP_COLUMNS = [sig.EXACT_COUNT, sig.CLUSTER_ID, sig.CLUSTER_SIZE]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from pipeline.plan import Partition
+from pipeline.planning.plan import Partition
 from pipeline.readers import ReadOptions
 from pipeline.readers import text as text_reader
 from pipeline.readers.lines import first_line_start, iter_lines

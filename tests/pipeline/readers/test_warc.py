@@ -114,8 +114,8 @@ def test_from_s3_as_from_local_disk(s3_bucket, pages: list[tuple[str, bytes]],  
                                     tmp_path) -> None:  # noqa: ANN001
     """The same .warc.gz and .warc.wet.gz, with a cut member, read through read_partition
     from a bucket on the loopback S3 server and from local disk: the same items."""
-    from pipeline.discovery import discover
-    from pipeline.plan import plan_partitions
+    from pipeline.planning.discovery import discover
+    from pipeline.planning.plan import plan_partitions
     from pipeline.readers import read_partition
     from storage import resolve
 

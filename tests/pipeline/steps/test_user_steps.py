@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from tests.pipeline.test_train_classifier import ASTRONOMY, COOKING, SMALL, make_docs
+from tests.pipeline.steps.test_train_classifier import ASTRONOMY, COOKING, SMALL, make_docs
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -79,8 +79,8 @@ def _write_inputs(root: Path) -> list[str]:
 
 
 def _model(root: Path) -> str:
-    from pipeline.train_classifier import train_classifier
-    from tests.pipeline.test_train_classifier import write_jsonl
+    from pipeline.steps.train_classifier import train_classifier
+    from tests.pipeline.steps.test_train_classifier import write_jsonl
 
     pos = write_jsonl(root / "pos.jsonl", make_docs(ASTRONOMY, 200, seed=1))
     neg = write_jsonl(root / "neg.jsonl", make_docs(COOKING, 200, seed=2))
@@ -143,14 +143,14 @@ def test_a_user_step_and_a_model_scorer_add_columns_drops_and_quarantine(
 
 def test_a_step_version_keys_the_partitions(setup: tuple[Path, list[str], str],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """A run's partition keys hash its manifest config (``pipeline.job``: the salt), which
+    """A run's partition keys hash its manifest config (``pipeline.driver.job``: the salt), which
     holds each step's version: an interrupted run resumed with the same steps finds its
     finished partitions under the same keys; a changed step gets new keys, so its
     partitions are redone."""
     import importlib
 
     from pipeline.cli import config_from_argv
-    from pipeline.plan import PartitionPlan
+    from pipeline.planning.plan import PartitionPlan
 
     root, inputs, model = setup
     recipe = _recipe(root, model)
@@ -162,7 +162,7 @@ def test_a_step_version_keys_the_partitions(setup: tuple[Path, list[str], str],
         importlib.invalidate_caches()
         cfg = config_from_argv(["--config", str(recipe), "--files-per-partition", "1",
                                 *inputs])
-        from pipeline.discovery import discover_table
+        from pipeline.planning.discovery import discover_table
 
         plan = PartitionPlan(discover_table(inputs, None, None), 1 << 20, 1)
         return list(plan.keys(json.dumps([cfg.for_manifest(), "tokenizer"], sort_keys=True)))

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.config import PipelineConfig
-from pipeline.job import run
+from pipeline.driver.job import run
 from storage import read_manifest, shards_of
 from tests.pipeline._procs import ENV, REPO, kill_tree, pipeline_cmd
 from tests.pipeline.web import warcs

@@ -59,7 +59,7 @@ def test_blocklist_and_decoded_bodies_through_pipeline_run(tmp_path: Path) -> No
     m = read_manifest(str(out))
     assert m.stats["dropped"]["url_blocked"] == len(blocked)
 
-    from pipeline.export import export
+    from pipeline.output.export import export
 
     export(ReplicaSet.from_urls([str(out)]), str(tmp_path / "js"), "jsonl", progress=False)
     rows = [json.loads(line) for f in sorted((tmp_path / "js").glob("*.jsonl"))

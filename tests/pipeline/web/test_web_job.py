@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.config import PipelineConfig
-from pipeline.job import run
+from pipeline.driver.job import run
 from storage import ReplicaSet, read_manifest, shards_of
 from tests.pipeline.web import warcs
 
@@ -75,7 +75,7 @@ def test_crawl_to_tokens(crawl: Path, tmp_path: Path) -> None:
         str(crawl / "a.warc.gz"), str(crawl / "b.warc.gz"), str(crawl / "c.warc.wet.gz")}
     assert next(r for r in rows if r["url"] == "https://fr.example/")["lang"] == "fr"
 
-    from pipeline.export import export  # the metadata columns travel with the tokens
+    from pipeline.output.export import export  # the metadata columns travel with the tokens
 
     export(ReplicaSet.from_urls([str(out)]), str(tmp_path / "js"), "jsonl", progress=False)
     exported = [json.loads(line) for f in sorted((tmp_path / "js").glob("*.jsonl"))

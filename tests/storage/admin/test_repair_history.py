@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from pipeline.config import PipelineConfig
-from pipeline.job import run
+from pipeline.driver.job import run
 from storage import ReplicaSet, commit, read_manifest
 from storage.admin.versions import list_versions
 from storage.format.index import build_index_arrays, index_ref, read_index

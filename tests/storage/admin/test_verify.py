@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from loaders import TokenDataset
 from pipeline.config import PipelineConfig
-from pipeline.job import run
+from pipeline.driver.job import run
 from storage import ReplicaSet, commit, read_manifest, shards_of
 from storage.admin.scrub import verify
 from storage.format.chunk_footer import CODECS

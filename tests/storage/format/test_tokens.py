@@ -54,7 +54,7 @@ def test_unknown_encodings_are_named_in_the_error() -> None:
 def test_a_footer_is_compared_with_the_index_chunk_by_chunk() -> None:
     """What the writer records (each row group's token chunk, from its own footer) agrees;
     a count or one chunk moved is named."""
-    from pipeline.shards import encode_shard
+    from pipeline.output.shards import encode_shard
 
     ids = [np.arange(i, i + 300) % 50_000 for i in range(40)]
     data, info = encode_shard([str(i) for i in range(40)], ids, target_rg_tokens=2_000)

@@ -20,7 +20,7 @@ import pytest
 from loaders import build_dataloader
 from loopback_s3 import S3Server, start_servers
 from pipeline.config import PipelineConfig
-from pipeline.job import run
+from pipeline.driver.job import run
 from storage import (
     QuorumError,
     ReplicaError,
