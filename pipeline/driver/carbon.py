@@ -24,12 +24,15 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import Any, TextIO
+from typing import Annotated, Any, TextIO
 
+from cyclopts import Parameter
+
+from pipeline.config_field import flag
 from storage import Manifest
-from storage.energy import Accumulator, Energy, Signal, decide, grams, snapshot
+from storage.energy import WATTS_PER_CORE, Accumulator, Energy, Signal, decide, grams, snapshot
 from storage.energy.meter import SAMPLE_S
 from storage.energy.planner import Decision, intensity_at
 
@@ -63,6 +66,40 @@ def parse_deadline(text: str, now: float) -> float:
         raise ValueError(f"deadline {text!r}: expected a duration (24h, 90m, 2d, 3600s) or an "
                          "ISO 8601 time (2026-12-02T06:00Z)") from None
     return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp()
+
+
+@dataclass
+class CarbonFlags:
+    """Energy and carbon, as ``pipeline run`` flags (none of them changes the output bytes)."""
+
+    carbon_signal: Annotated[str | None, Parameter(metavar="SRC")] = flag(
+        None, "carbon-intensity forecast (gCO2e/kWh) to read and re-read while the run goes: "
+        "a file or URL in the Carbon Aware SDK's or Electricity Maps' JSON (README, "
+        "'Energy and carbon'); with --deadline or --max-intensity it decides when new tasks "
+        "start", manifest=False)
+    deadline: Annotated[str | None, Parameter(metavar="WHEN")] = flag(
+        None, "with --carbon-signal: start new tasks only in the cleanest windows that still "
+        "finish by then: 24h, 90m, 2d (from now) or an ISO 8601 time", manifest=False)
+    max_intensity: Annotated[float | None, Parameter(metavar="G")] = flag(
+        None, "with --carbon-signal: start new tasks only while the intensity is at most G "
+        "g/kWh (bounded by --deadline when given)", manifest=False)
+    grid_intensity: Annotated[float | None, Parameter(metavar="G")] = flag(
+        None, "grid intensity in gCO2e/kWh for the run's carbon figure where no signal covers "
+        "the time", manifest=False)
+    watts_per_core: float = flag(WATTS_PER_CORE, "the energy estimate's watts per busy core, "
+                                 "used where RAPL cannot be read", manifest=False)
+    record_energy: bool = flag(False, "record the run's energy in the manifest's "
+                               "stats.energy (a measurement: a rerun's manifest is then no "
+                               "longer byte-identical)", manifest=False)
+
+    def check_carbon(self) -> None:
+        if (self.deadline or self.max_intensity is not None) and not self.carbon_signal:
+            raise ValueError("--deadline and --max-intensity need --carbon-signal")
+        if self.deadline:
+            parse_deadline(self.deadline, 0.0)  # validates
+        if self.watts_per_core <= 0 or any(
+                g is not None and g < 0 for g in (self.max_intensity, self.grid_intensity)):
+            raise ValueError("watts_per_core must be positive and intensities >= 0")
 
 
 def need_with_margin(estimate_s: float) -> float:

@@ -16,12 +16,15 @@ import contextlib
 import io
 import tempfile
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from cyclopts import Parameter
 
+from pipeline.config_field import flag
 from pipeline.planning.plan import close_at_target
 from storage import RowGroupInfo, ShardInfo, digest_bytes, tokens
 from storage.format.checksums import piece_digest
@@ -55,6 +58,22 @@ def check_codec(codec: str) -> str:
         raise ValueError(f"shard compression must be one of {', '.join(SHARD_CODECS)}, "
                          f"not {codec!r}")
     return codec
+
+
+@dataclass
+class ShardFlags:
+    """How the feature shards are laid out, as ``pipeline run`` flags."""
+
+    row_group_tokens: int = flag(256 * 1024, "tokens per Parquet row group (the loader's unit "
+                                 "of reading)")
+    # recorded in the manifest when not zstd (PipelineConfig.for_manifest): other manifests
+    # keep their bytes
+    shard_compression: Annotated[str, Parameter(metavar="CODEC")] = flag(
+        DEFAULT_CODEC, "the shards' Parquet codec: 'zstd' (smallest), 'lz4' or 'none' (larger "
+        "shards, less of the loader's CPU per token)", manifest=False)
+
+    def check_shards(self) -> None:
+        check_codec(self.shard_compression)
 
 
 def shard_codec(meta: pq.FileMetaData) -> str:

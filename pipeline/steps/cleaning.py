@@ -7,10 +7,31 @@ versions. And ``length``: characters, words and lines as signals, or a word-coun
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from pipeline.cleaning import Cleaner, CleaningConfig
+from pipeline.config_field import flag
 from pipeline.steps.contract import Doc
+
+
+@dataclass
+class CleaningFlags:
+    """The ``clean`` step's options as ``pipeline run`` flags (the default recipe's cleaner;
+    a recipe gives them as the step's options instead)."""
+
+    fix_mojibake: bool = flag(True, "repair mojibake (UTF-8 read as Latin-1/cp1252) with ftfy")
+    min_chars: int = flag(1, "drop documents shorter than this after cleaning (too_short)")
+    max_chars: int = flag(0, "drop documents longer than this after cleaning (0: no limit)")
+    min_alpha_frac: float = flag(0.0, "drop documents whose share of letters among visible "
+                                 "characters is below this (low_alpha; 0: off)")
+    max_repeated_line_frac: float = flag(1.0, "drop documents whose share of repeated lines "
+                                         "exceeds this (repeated_lines; 1: off)")
+
+    @property
+    def cleaning(self) -> CleaningConfig:
+        return CleaningConfig(self.fix_mojibake, self.min_chars, self.max_chars,
+                              self.min_alpha_frac, self.max_repeated_line_frac)
 
 
 class Clean:

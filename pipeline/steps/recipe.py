@@ -22,7 +22,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+from cyclopts import Parameter
+
+from pipeline.config_field import NOT_A_FLAG, flag
 
 #: the keys of a recipe entry that are not the step's options
 ENTRY_KEYS = ("use", "name", "mode")
@@ -31,6 +35,21 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _USE = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_]\w*)?$")
 #: the most steps a recipe may have (a list that long is a mistake, not a recipe)
 MAX_STEPS = 256
+
+
+@dataclass
+class RecipeFlags:
+    """The recipe as ``pipeline run`` takes it: ``--steps`` (or ``[[steps]]`` tables in the
+    ``--config`` file), and whether the inputs are web pages (set by the job, not a flag)."""
+
+    steps: Annotated[str | None, Parameter(metavar="JSON")] = flag(
+        None, "the recipe: the steps between reading and tokenizing, a JSON list of "
+        "{use, name, mode, options...}; usually [[steps]] tables in the --config file (README, "
+        "'Recipes'; `python -m pipeline steps` lists them). Replaces the step flags "
+        "(--filters, --annotate, --languages, --url-blocklist, --pii, the cleaning flags)",
+        manifest=False)
+    web_inputs: Annotated[bool, NOT_A_FLAG] = flag(
+        False, "set by the job when any input is WARC/WET", manifest=False, cli=False)
 
 
 @dataclass(frozen=True)

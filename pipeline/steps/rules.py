@@ -13,15 +13,34 @@ again on the columns without a rebuild.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import fields, replace
-from typing import Any
+from dataclasses import dataclass, fields, replace
+from typing import Annotated, Any
 
+from cyclopts import Parameter
+
+from pipeline.config_field import flag
 from pipeline.steps.contract import Doc
 from pipeline.web.c4 import C4Quality
 from pipeline.web.option_types import typed_option
 from pipeline.web.steps import RULE_SETS
 from pipeline.web.text import Text
 
+
+@dataclass
+class RuleSetFlags:
+    """The rule-set steps as ``pipeline run`` flags: which run in filter mode, which in
+    annotate mode, and their thresholds."""
+
+    filters: str = flag("", "heuristic rule sets to apply, comma-separated: gopher "
+                        "(gopher_repetition + gopher_quality), c4, fineweb; drops are counted "
+                        "as <rule set>.<reason>", manifest=False)
+    filter_options: Annotated[str | None, Parameter(metavar="JSON")] = flag(
+        None, "thresholds of the rule sets, a JSON object, e.g. "
+        '\'{"gopher_quality.min_doc_words": 100, "c4.filter_no_terminal_punct": false}\'',
+        manifest=False)
+    annotate: str = flag("", "rule sets to measure without dropping anything, comma-separated "
+                         "(gopher, c4, fineweb, as --filters): every signal their rules look at "
+                         "becomes a column <rule set>.<signal> beside input_ids", manifest=False)
 
 def view(doc: Doc) -> Text:
     """The document's :class:`Text` (its word split), shared by consecutive rule sets while

@@ -6,12 +6,49 @@ and change counts keep the names they had (``url_blocked``, ``not_html``, ``lang
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 
+from cyclopts import Parameter
+
+from pipeline.config_field import flag
 from pipeline.steps.contract import Doc, Poisoned
 
 #: quarantine reason of a page refused by the complexity check
 TOO_COMPLEX = "extract_too_complex"
+
+
+@dataclass
+class LanguageFlags:
+    """The ``langid`` step's options as ``pipeline run`` flags."""
+
+    languages: Annotated[str | None, Parameter(metavar="CODES")] = flag(
+        None, "keep only documents in these languages (ISO 639-1, comma-separated, e.g. "
+        "'en,de'), identified with py3langid's bundled model; default: keep all",
+        manifest=False)
+    min_lang_score: float = flag(0.65, "with --languages: drop documents whose language "
+                                 "probability is below this (lang_score)", manifest=False)
+
+
+@dataclass
+class UrlBlocklistFlags:
+    """The ``url_blocklist`` step's option as a ``pipeline run`` flag."""
+
+    url_blocklist: Annotated[str | None, Parameter(metavar="FILE")] = flag(
+        None, "drop documents whose URL's domain (or a parent domain) or whole URL is listed "
+        "in FILE (local or any fsspec URL), one per line (url_blocked)", manifest=False)
+
+
+@dataclass
+class PiiFlags:
+    """The ``pii`` step as a ``pipeline run`` flag."""
+
+    pii: str = flag("none", "'mask': replace e-mail addresses and public IP addresses with "
+                    "stand-ins (counted); 'none'", manifest=False)
+
+    def check_pii(self) -> None:
+        if self.pii not in ("none", "mask"):
+            raise ValueError(f"pii must be 'mask' or 'none', not {self.pii!r}")
 
 
 class UrlBlocklist:

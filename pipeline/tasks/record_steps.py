@@ -26,12 +26,16 @@ from __future__ import annotations
 import signal
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
+from cyclopts import Parameter
+
+from pipeline.config_field import flag
 from pipeline.steps.chain import StepChain
 from pipeline.steps.contract import Poisoned
 from pipeline.steps.recipe import Recipe
 from pipeline.steps.web import TOO_COMPLEX
+from storage.io.lease_record import positive_seconds
 
 if TYPE_CHECKING:
     from pipeline.records import Document
@@ -43,6 +47,28 @@ __all__ = ["TOO_COMPLEX", "CpuGuard", "Poisoned", "RecordLimits", "RecordSteps"]
 RECORD_CPU_S = 60.0
 #: the wall time one record may take in isolation (a record that waits without using CPU)
 RECORD_WALL_S = 300.0
+
+
+#: the longest record limit accepted (a day)
+MAX_RECORD_S = 86_400.0
+
+
+@dataclass
+class RecordLimitFlags:
+    """The limits on one record's steps as ``pipeline run`` flags (recorded in the manifest
+    only when changed: they decide which records are poison)."""
+
+    record_cpu_s: Annotated[float, Parameter(metavar="SECONDS")] = flag(
+        RECORD_CPU_S, "CPU seconds one record's cleaning and web steps may take (~10,000x a "
+        "typical page); a record past it ends its worker and, retried in isolation, is "
+        "quarantined as record_cpu_limit", manifest=False)  # see PipelineConfig.for_manifest
+    record_wall_s: Annotated[float, Parameter(metavar="SECONDS")] = flag(
+        RECORD_WALL_S, "wall seconds one record may take when its partition is retried record "
+        "by record in isolation (record_time_limit)", manifest=False)
+
+    def check_record_limits(self) -> None:
+        positive_seconds("--record-cpu-s", self.record_cpu_s, MAX_RECORD_S)
+        positive_seconds("--record-wall-s", self.record_wall_s, MAX_RECORD_S)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ import numpy as np
 from tokenizers import Tokenizer
 from tokenizers.implementations import BaseTokenizer
 
+from pipeline.config_field import flag
 from pipeline.tasks import fast_bpe
 from storage.io.user_files import UserFileError, not_regular, read_text
 
@@ -34,6 +35,26 @@ GPT2_EOS = "<|endoftext|>"
 #: the largest ``tokenizer.json`` read (the largest published ones, 256k-token vocabularies
 #: with their merges, are ~35 MB)
 TOKENIZER_LIMIT = 256 << 20
+
+
+@dataclass
+class TokenizerFlags:
+    """The tokenizer and how phase 1 drives it, as ``pipeline run`` flags."""
+
+    tokenizer: str = flag("gpt2", "'gpt2', a tokenizer.json path, or train:VOCAB to train a "
+                          "byte-level BPE on a deterministic sample of the input")
+    eos_token: str | None = flag(None, "end-of-document token (default: by tokenizer kind, "
+                                 "e.g. <|endoftext|>, </s>, [SEP])")
+    tokenizer_sample_bytes: int = flag(8 << 20, "train:VOCAB: bytes of cleaned text sampled, "
+                                       "spread evenly over the partitions")
+    tokenizer_threads: int = flag(1, "threads each worker's tokenizer uses; LocalCluster "
+                                  "workers default to cores / this, so cores are never "
+                                  "oversubscribed", manifest=False)
+    encode_batch_docs: int = flag(1024, "documents per encode_batch_fast call")
+
+    def check_tokenizer(self) -> None:
+        if self.tokenizer_threads < 1:
+            raise ValueError("tokenizer_threads must be at least 1")
 
 
 @dataclass(frozen=True)
