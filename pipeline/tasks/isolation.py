@@ -305,6 +305,9 @@ class IsolatedSteps:
             raise RuntimeError(f"in isolation: {reply[1]}")
         return reply
 
+    #: one record at a time, always: a batch's poison record would end the others' child
+    batch_size = 1
+
     def __call__(self, doc: Document) -> str | None:
         reply = self._ask(("doc", doc), self.limits.wall_s)
         if reply[0] == "poisoned":

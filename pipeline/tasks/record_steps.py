@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from cyclopts import Parameter
 
 from pipeline.config_field import flag
-from pipeline.steps.chain import StepChain
+from pipeline.steps.chain import Outcome, StepChain
 from pipeline.steps.contract import Poisoned
 from pipeline.steps.recipe import Recipe
 from pipeline.steps.web import TOO_COMPLEX
@@ -49,6 +49,8 @@ RECORD_CPU_S = 60.0
 RECORD_WALL_S = 300.0
 
 
+#: records a recipe with a batch step (a model scorer) hands its steps at a time
+BATCH_DOCS = 64
 #: the longest record limit accepted (a day)
 MAX_RECORD_S = 86_400.0
 
@@ -127,6 +129,24 @@ class RecordSteps:
         raises :class:`Poisoned` for a record a step refuses or raises on."""
         self.guard.arm()
         return self.chain(doc)
+
+    @property
+    def batch_size(self) -> int:
+        """Records phase 1 hands :meth:`run` at a time: :data:`BATCH_DOCS` when a step has a
+        ``batch`` method, else 1 (each record through :meth:`__call__`)."""
+        return BATCH_DOCS if self.chain.batched else 1
+
+    def run(self, docs: list[Document]) -> list[Outcome]:
+        """A batch of records through the steps (:meth:`StepChain.run`), under one arming of
+        the CPU guard: a batch past it ends the worker, and the partition's retry runs each
+        record alone in isolation, where the limit is the record's own."""
+        self.guard.arm()
+        return self.chain.run(docs)
+
+    def settle(self, outcome: Outcome) -> str | None:
+        """One record's outcome of :meth:`run`, as :meth:`__call__` would have returned it
+        (its columns ready for :meth:`keep`; a poisoned record raises)."""
+        return self.chain.settle(outcome)
 
     def idle(self) -> None:
         """No record's steps run until the next call: the CPU guard is off."""

@@ -18,10 +18,12 @@ lands on the identical name.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -155,6 +157,21 @@ def poisoned(part: Partition, doc: Document, bad: Poisoned) -> Rejected:
     return Rejected(where, bad.reason, bad.detail, raw_preview(doc.text), shown)
 
 
+T = TypeVar("T")
+
+
+def chunks(items: Iterable[T], size: int) -> Iterator[Sequence[T]]:
+    """``items`` in consecutive groups of ``size`` (the last may be shorter); ``size`` 1 gives
+    each item alone without building lists."""
+    if size == 1:
+        for item in items:
+            yield (item,)
+        return
+    it = iter(items)
+    while chunk := list(itertools.islice(it, size)):
+        yield chunk
+
+
 def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
               reuse: work.PhaseOne | None = None) -> work.PhaseOne:
     """Parse, clean and tokenize one partition into work files (see :mod:`pipeline.tasks.work`).
@@ -204,41 +221,45 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
         sketch_spool = work.ArraySpool(np.uint8)
         sketches_sha256 = ""
         try:
-            for item in read_partition(part, p.read, p.storage_options):
-                if isinstance(item, Rejected):
-                    if p.strict:  # reported to the driver, which stops the run; not a failure
-                        return work.PhaseOne(part.index, key, error=strict_message(item))
-                    rejected.append(asdict(item))
-                    continue
-                try:
-                    text = steps(item)
-                except Poisoned as bad:  # quarantined like a reader's reject
-                    refused = poisoned(part, item, bad)
-                    if p.strict:
-                        return work.PhaseOne(part.index, key, error=strict_message(refused))
-                    rejected.append(asdict(refused))
-                    continue
-                docs_in += 1
-                if text is None:
-                    continue
-                pos = rows
-                rows += 1
-                if p.dedup:
-                    keys.append(content_key(text))
-                    positions.append(pos)
-                    kinds.append(KIND_EXACT)
-                if hasher is not None:
-                    bands, sketch = hasher.keys_and_sketch(text)
-                    sketches.append(sketch)
-                    keys += bands
-                    positions += [pos] * len(bands)
-                    kinds += [KIND_NEAR] * len(bands)
-                doc_ids.append(item.doc_id)
-                steps.keep()
-                batch.append(text)
-                batch_chars += len(text)
-                if len(batch) >= p.encode_batch_docs or batch_chars >= BATCH_CHARS:
-                    flush()
+            group = steps.batch_size  # > 1: a step scores documents in batches
+            for chunk in chunks(read_partition(part, p.read, p.storage_options), group):
+                outcomes = None if group == 1 else iter(
+                    steps.run([it for it in chunk if not isinstance(it, Rejected)]))
+                for item in chunk:
+                    if isinstance(item, Rejected):
+                        if p.strict:  # reported to the driver, which stops the run
+                            return work.PhaseOne(part.index, key, error=strict_message(item))
+                        rejected.append(asdict(item))
+                        continue
+                    try:
+                        text = steps(item) if outcomes is None else steps.settle(next(outcomes))
+                    except Poisoned as bad:  # quarantined like a reader's reject
+                        refused = poisoned(part, item, bad)
+                        if p.strict:
+                            return work.PhaseOne(part.index, key, error=strict_message(refused))
+                        rejected.append(asdict(refused))
+                        continue
+                    docs_in += 1
+                    if text is None:
+                        continue
+                    pos = rows
+                    rows += 1
+                    if p.dedup:
+                        keys.append(content_key(text))
+                        positions.append(pos)
+                        kinds.append(KIND_EXACT)
+                    if hasher is not None:
+                        bands, sketch = hasher.keys_and_sketch(text)
+                        sketches.append(sketch)
+                        keys += bands
+                        positions += [pos] * len(bands)
+                        kinds += [KIND_NEAR] * len(bands)
+                    doc_ids.append(item.doc_id)
+                    steps.keep()
+                    batch.append(text)
+                    batch_chars += len(text)
+                    if len(batch) >= p.encode_batch_docs or batch_chars >= BATCH_CHARS:
+                        flush()
             flush()
             shard = None
             if rows:

@@ -159,3 +159,15 @@ def test_a_remote_model_is_fetched_once_to_a_temporary_file(model: str,
         assert not os.path.exists(temporary)
     finally:
         fs.rm("/models", recursive=True)
+
+
+def test_a_batch_scores_as_one_document_at_a_time(model: str) -> None:
+    rng = random.Random(7)
+    texts = [sentence(rng, SPACE if i % 2 else FOOD) for i in range(40)]
+    texts += ["", "two\nlines of the galaxy", "bad \ud800 surrogate", "日本語のテキスト"]
+    step = FastTextScorer(model)
+    docs = [Doc(str(i), t, {}) for i, t in enumerate(texts)]
+    assert step.batch(docs) is docs
+    for doc, text in zip(docs, texts, strict=True):
+        assert doc.signals == step.scores(text)
+    assert len({round(d.signals["hq"], 6) for d in docs}) > 10  # real, varied scores
