@@ -1,6 +1,6 @@
-"""Command-line entry: ``python -m trainer --data URL ...`` trains, ``python -m trainer plot
-RUN_DIR`` plots. Training stays the bare command (that is what torchrun launches); ``plot``
-is recognised only as the first argument."""
+"""Command-line entry: ``python -m trainer --data URL ...`` (or ``--mixture FILE``) trains,
+``python -m trainer plot RUN_DIR`` plots. Training stays the bare command (that is what
+torchrun launches); ``plot`` is recognised only as the first argument."""
 
 from __future__ import annotations
 

@@ -91,8 +91,12 @@ class TrainConfig:
     means "filled in by :func:`resolve`" (from :data:`PRESETS` once the device is known)."""
 
     # fields in the order of config.json (a run directory's record); help groups them
-    data: Annotated[str, Parameter(metavar="URL"), _DATA] = field(metadata={
-        "help": "dataset root (any fsspec URL: a path, file://, s3://...)"})
+    data: Annotated[str | None, Parameter(metavar="URL"), _DATA] = _h(
+        None, "dataset root (any fsspec URL: a path, file://, s3://...); or --mixture")
+    mixture: Annotated[str | None, Parameter(metavar="FILE"), _DATA] = _h(
+        None, "train on several datasets instead of --data: a TOML file of [components] "
+              "(name = \"URL\") and [[schedule]] points (step, weights = { name = w }), "
+              "ramp = \"linear\" or \"step\" between them (README: Mixtures)")
     storage_options: Annotated[StorageOptions, _DATA] = None
     steps: Annotated[int, _Positive, _OPTIMISATION] = _h(200, "optimizer steps")
     batch_size: Annotated[int | None, _Positive, _DATA] = _h(
@@ -202,22 +206,33 @@ class TrainConfig:
         None, "grid carbon intensity in gCO2e/kWh: metrics.jsonl and the summary then give "
               "gCO2e beside the joules")
 
+    def __post_init__(self) -> None:
+        # What to train on: exactly one of the two (a parse error, one line, exit 2).
+        if self.data is None and self.mixture is None:
+            raise ValueError("give --data URL (a dataset) or --mixture FILE (several)")
+        if self.data is not None and self.mixture is not None:
+            raise ValueError("give --data or --mixture, not both (a mixture file names its "
+                             "datasets)")
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 app = make_app(
     "python -m trainer", component="trainer",
-    help="Train a small GPT on a Shardflow dataset. Run under `torchrun --nproc-per-node N` "
-         "for DDP, or plainly for one process. Subcommand: `python -m trainer plot RUN_DIR` "
-         "draws RUN_DIR/metrics.png from RUN_DIR/metrics.jsonl.")
+    help="Train a small GPT on a Shardflow dataset (--data URL), or on several mixed by "
+         "weights that may change by step (--mixture FILE). Run under "
+         "`torchrun --nproc-per-node N` for DDP, or plainly for one process. Subcommand: "
+         "`python -m trainer plot RUN_DIR` draws RUN_DIR/metrics.png from RUN_DIR/metrics.jsonl.")
 
 
 @app.default
-def _train(*, cfg: TrainConfig, config: Annotated[ConfigFlag, Parameter(help=(
-        "TOML, YAML or JSON file of flag values (keys: the flags' names, e.g. steps = 200, "
-        "checkpoint-dir = \"runs/ckpt\"); flags given on the command line win over it, it "
-        "wins over SHARDFLOW_TRAINER_<FLAG> environment variables"))] = None) -> TrainConfig:
+def _train(*, cfg: TrainConfig | None = None,
+           config: Annotated[ConfigFlag, Parameter(help=(
+               "TOML, YAML or JSON file of flag values (keys: the flags' names, e.g. steps = "
+               "200, checkpoint-dir = \"runs/ckpt\"); flags given on the command line win "
+               "over it, it wins over SHARDFLOW_TRAINER_<FLAG> environment variables"))] = None
+           ) -> TrainConfig | None:
     return cfg
 
 
@@ -239,7 +254,11 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     if command is not _train:  # --help
         command(*bound.args, **bound.kwargs)
         raise SystemExit(0)
-    return bound.arguments["cfg"]
+    cfg = bound.arguments.get("cfg")
+    if cfg is None:  # no flag of the config at all: not even what to train on
+        print("error: give --data URL (a dataset) or --mixture FILE (several)", file=sys.stderr)
+        raise SystemExit(2)
+    return cfg
 
 
 def resolve(cfg: TrainConfig, device_type: str, bf16_supported: bool) -> TrainConfig:

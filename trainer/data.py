@@ -14,9 +14,12 @@ data stack; the trainer never imports ``pipeline`` or Dask.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from torch.distributed.checkpoint.stateful import Stateful
+
+if TYPE_CHECKING:
+    from trainer.mixture import MixtureFile
 
 
 class EpochLoader(Protocol):
@@ -30,7 +33,7 @@ class EpochLoader(Protocol):
 
 
 def build_loader(
-    url: str,
+    url: str | None,
     *,
     batch_size: int,
     seq_len: int,
@@ -44,6 +47,7 @@ def build_loader(
     readahead_bytes: int | None = None,
     global_batch_size: int | None = None,
     run_blocks: int | None = None,
+    mixture: MixtureFile | None = None,
 ) -> EpochLoader:
     """The real streaming loader for this rank (``loaders.build_dataloader``). Batches carry
     ``sample_id`` so that each rank can log which samples it trained on (a resume is checked
@@ -52,14 +56,24 @@ def build_loader(
     rarely waits for one.
     ``global_batch_size`` (default ``batch_size x world_size``, i.e. no accumulation) fixes
     the loader's plan: every optimizer step gets the same samples on any world size and
-    ``num_workers`` that divide it, also after an elastic resume."""
-    from loaders import build_dataloader
+    ``num_workers`` that divide it, also after an elastic resume.
+    ``mixture`` (instead of ``url``): the datasets of a ``--mixture`` file, sampled by its
+    schedule (``loaders.build_mixture_loader``; component ``i`` plans with ``seed + i``), whose
+    steps are global batches: ``global_batch_size`` is needed."""
+    from loaders import build_dataloader, build_mixture_loader
 
     cache: dict[str, Any] = {"cache_dir": cache_dir}
     if cache_bytes is not None:
         cache["cache_bytes"] = cache_bytes
     if readahead_bytes is not None:
         cache["readahead_bytes"] = readahead_bytes
+    if mixture is not None:
+        return build_mixture_loader(
+            list(mixture.urls), batch_size, seq_len, schedule=mixture.schedule, seed=seed,
+            num_workers=num_workers, shuffle=True, rank=rank, world_size=world_size,
+            storage_options=storage_options, global_batch_size=global_batch_size,
+            return_sample_id=True, batch_thread=True, run_blocks=run_blocks, **cache)
+    assert url is not None, "a dataset URL or a mixture"
     return build_dataloader(
         url, batch_size, seq_len, num_workers=num_workers, seed=seed, shuffle=True,
         rank=rank, world_size=world_size, storage_options=storage_options,
@@ -74,6 +88,28 @@ def dataset_vocab_size(url: str, storage_options: dict[str, Any] | None) -> int:
     from storage import read_manifest
 
     return int(read_manifest(url, storage_options=storage_options).vocab_size)
+
+
+def mixture_vocab_size(mixture: MixtureFile, storage_options: dict[str, Any] | None) -> int:
+    """The vocabulary of a mixture's datasets, which must have been tokenized alike (the same
+    tokenizer: their ids mean the same tokens); a ``ConfigError`` naming the file and the two
+    components that differ, before anything is trained."""
+    from storage import read_manifest
+    from trainer.config import ConfigError
+
+    seen: tuple[str, int, str | None] | None = None
+    for name, url in zip(mixture.names, mixture.urls, strict=True):
+        manifest = read_manifest(url, storage_options=storage_options)
+        here = (name, int(manifest.vocab_size), manifest.tokenizer.sha256)
+        if seen is not None and here[1:] != seen[1:]:
+            raise ConfigError(f"mixture file {mixture.path}: components {seen[0]!r} and "
+                              f"{name!r} were tokenized differently (vocab {seen[1]} vs "
+                              f"{here[1]}, tokenizer sha256 {str(seen[2])[:12]} vs "
+                              f"{str(here[2])[:12]}): their token ids do not mean the same "
+                              "thing")
+        seen = seen or here
+    assert seen is not None
+    return seen[1]
 
 
 class EpochStream:

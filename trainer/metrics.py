@@ -9,6 +9,9 @@ Definitions (per logging interval):
                  (logging, epoch changes and the first batch's wait all count);
 * data wait    = time blocked in ``next(iterator)`` / total step time;
 * tokens/s     = tokens consumed by all ranks / total step time on rank 0;
+* mixture      = with ``--mixture``: each component's share of the samples all ranks trained
+                 on in the interval (``mixture``), and the shares its schedule set for those
+                 steps (``mixture_scheduled``), by component name (:mod:`trainer.mixture`);
 * energy       = joules of all ranks in the interval (:class:`StepEnergy`, summed over ranks by
                  the loop): ``energy_j``, ``energy_j_per_step``, ``energy_j_per_token``,
                  ``energy_source`` (``rapl``, ``nvml``, ``rapl+nvml`` or ``estimate``) and, with
@@ -180,6 +183,9 @@ def format_record(rec: dict[str, Any]) -> str:
         + (f" | {rec['energy_j_per_step']:.1f} J/step"
            f"{' (est.)' if rec['energy_source'] == 'estimate' else ''}"
            if "energy_j_per_step" in rec else "")
+        + (" | mix " + " ".join(f"{name} {100 * share:.1f}%"
+                                for name, share in rec["mixture"].items())
+           if rec.get("mixture") else "")
     )
 
 

@@ -14,8 +14,8 @@ from trainer.metrics import read_jsonl
 
 
 def plot_run(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> Path:
-    """Draw loss, tokens/s, data-wait % and (where logged) energy per token against the step;
-    returns the PNG's path."""
+    """Draw loss, tokens/s, data-wait % and (where logged) energy per token, a mixture's
+    shares and the load-imbalance reports against the step; returns the PNG's path."""
     try:
         import matplotlib
     except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -41,10 +41,14 @@ def plot_run(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | None
                else f"measured: {records[-1]['energy_source']}")
         panels.append((f"energy per token ({how})",
                        [1e3 * r["energy_j_per_token"] for r in records], "mJ/token"))
-    rows = len(panels) + (1 if reports else 0)  # + the load-imbalance panel
-    fig, axes = plt.subplots(rows, 1, figsize=(8, 8 + (2.7 if reports else 0)), sharex=True)
+    mixture = all(r.get("mixture") for r in records)  # a --mixture run's records
+    extra = (1 if reports else 0) + (1 if mixture else 0)  # load imbalance, mixture panels
+    fig, axes = plt.subplots(len(panels) + extra, 1, figsize=(8, 8 + 2.7 * extra),
+                             sharex=True)
     if reports:
         plot_imbalance(axes[-1], reports)
+    if mixture:
+        plot_mixture(axes[len(panels)], records)
     for ax, (title, values, ylabel) in zip(axes, panels, strict=False):
         ax.plot(steps, values, marker="o", markersize=3)
         ax.set_title(title)
@@ -81,6 +85,25 @@ def plot_imbalance(ax, reports: list[dict]) -> None:
     ax.set_ylabel("ms/step")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small", ncol=min(ranks + 1, 6))
+
+
+def plot_mixture(ax, records: list[dict]) -> None:
+    """A mixture run's shares: per component, the share of the samples trained on in each
+    logging interval (solid, dots at the records) and the share its schedule set for those
+    steps (dashed, the same colour)."""
+    steps = [r["step"] for r in records]
+    names = list(records[-1]["mixture"])
+    for name in names:
+        line, = ax.plot(steps, [100 * r["mixture"].get(name, float("nan")) for r in records],
+                        marker="o", markersize=3, label=f"{name}")
+        if all("mixture_scheduled" in r for r in records):
+            ax.plot(steps, [100 * r["mixture_scheduled"].get(name, float("nan"))
+                            for r in records], linestyle="--", color=line.get_color())
+    ax.set_title("mixture: share of samples per interval (dashed: scheduled)")
+    ax.set_ylabel("% of samples")
+    ax.set_ylim(0, 100)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small", ncol=min(len(names), 6))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,13 @@ from torch.distributed.tensor import DTensor
 from loaders.state import LoaderStateError
 from trainer.checkpoint import Checkpointer, CheckpointError, load_checkpoint
 from trainer.config import ConfigError, TrainConfig, resolve, resolve_batch
-from trainer.data import EpochLoader, EpochStream, build_loader, dataset_vocab_size
+from trainer.data import (
+    EpochLoader,
+    EpochStream,
+    build_loader,
+    dataset_vocab_size,
+    mixture_vocab_size,
+)
 from trainer.distributed import (
     DistInfo,
     all_reduce,
@@ -55,6 +61,7 @@ from trainer.metrics import (
     peak_flops,
     truncate_jsonl,
 )
+from trainer.mixture import MixtureFile, MixtureMeter, read_mixture_file
 from trainer.model import GPT, GPTConfig
 from trainer.optim import build_optimizer
 from trainer.parallelize import mesh_shape, parallelize, set_gradient_sync
@@ -99,8 +106,10 @@ def model_config(cfg: TrainConfig, vocab_size: int) -> GPTConfig:
                      d_model=cfg.width, n_heads=cfg.heads)
 
 
-def write_config(path: Path, cfg: TrainConfig, info: DistInfo, model: GPT) -> None:
-    """config.json: everything needed to understand (and later reproduce) the run. Storage
+def write_config(path: Path, cfg: TrainConfig, info: DistInfo, model: GPT,
+                 mixture: MixtureFile | None = None) -> None:
+    """config.json: everything needed to understand (and later reproduce) the run, a
+    ``--mixture`` file's content included (the file may change after the run). Storage
     options are redacted: they can hold S3 secrets."""
     from storage import redact
 
@@ -121,6 +130,8 @@ def write_config(path: Path, cfg: TrainConfig, info: DistInfo, model: GPT) -> No
         "global_batch_size": cfg.batch_size * cfg.grad_accum * info.world_size,
         "torch_version": torch.__version__,
     }
+    if mixture is not None:
+        record["mixture"] = mixture.record()
     path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
 
@@ -140,9 +151,12 @@ def train(
     run_dir: Path,
     *,
     clock: Clock = time.perf_counter,
+    mixture: MixtureMeter | None = None,
+    mixture_file: MixtureFile | None = None,
 ) -> dict[str, Any]:
     """Run optimizer steps up to ``cfg.steps`` (from a checkpoint's step when resuming);
-    returns the run summary (printed on rank 0)."""
+    returns the run summary (printed on rank 0). ``mixture``: count each step's samples per
+    component, and log their shares with every metrics record."""
     run_dir.mkdir(parents=True, exist_ok=True)
     if cfg.deterministic:
         set_deterministic(info.device)
@@ -176,7 +190,7 @@ def train(
                   f"{stream.epoch}, RNG {'restored' if loaded.rng_restored else 'seeded'})")
 
     if info.is_main:
-        write_config(run_dir / "config.json", cfg, info, model)
+        write_config(run_dir / "config.json", cfg, info, model, mixture_file)
     log(info, f"trainer: world size {info.world_size} ({info.backend or 'no process group'}), "
               f"device {info.device}, dtype {cfg.dtype}, {model.num_parameters():,} params, "
               f"vocab {vocab_size}, {len(loader)} batches/epoch/rank, run dir {run_dir}")
@@ -221,6 +235,8 @@ def train(
             sample_ids = torch.cat([b["sample_id"] for b in micro]) \
                 if "sample_id" in micro[0] else None
             samples.record(step, stream.epoch, input_ids, sample_ids)
+            if mixture is not None and sample_ids is not None:
+                mixture.add(sample_ids)
             if step == start_step:
                 check_batch(input_ids, torch.cat([b["labels"] for b in micro]), vocab_size,
                             cfg.seq_len)
@@ -247,6 +263,8 @@ def train(
                               grad_norm=float(grad_norm),
                               mfu=mfu(record["tokens_per_s"], flops_per_token,
                                       info.world_size, peak))
+                if mixture is not None:  # global batches step - interval .. step - 1
+                    record.update(mixture.interval(step - stats.steps, step, info.device))
                 joules = energy.interval()  # counters read once per interval, not per step
                 all_j = all_reduce(torch.tensor([joules.joules], dtype=torch.float64,
                                                 device=info.device))
@@ -454,6 +472,17 @@ def check_batch(input_ids: torch.Tensor, labels: torch.Tensor, vocab_size: int,
                          f"{vocab_size}")
 
 
+def mixture_meter(mixture: MixtureFile, loader: EpochLoader, cfg: TrainConfig
+                  ) -> MixtureMeter:
+    """The meter of a ``--mixture`` run: the mixture source says which component a sample id
+    is from, the schedule what each run of steps was meant to hold."""
+    from loaders.mixture_schedule import scheduled_shares
+
+    source_of = loader.source.source_of  # type: ignore[attr-defined]
+    return MixtureMeter(mixture.names, source_of,
+                        lambda first, end: scheduled_shares(mixture.schedule, first, end))
+
+
 def run(cfg: TrainConfig) -> dict[str, Any]:
     """The ``python -m trainer`` entry: set up, train, tear down."""
     info = init_distributed(cfg.device, hang_timeout=cfg.hang_timeout,
@@ -461,8 +490,14 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
     try:
         bf16 = info.device.type == "cuda" and torch.cuda.is_bf16_supported()
         cfg = resolve_batch(resolve(cfg, info.device.type, bf16), info.world_size)
-        # The manifest first: a wrong URL should fail before a run directory is made.
-        vocab_size = dataset_vocab_size(cfg.data, cfg.storage_options)
+        # The manifest first: a wrong URL (or mixture file) should fail before a run
+        # directory is made.
+        mixture = read_mixture_file(cfg.mixture) if cfg.mixture is not None else None
+        if mixture is not None:
+            vocab_size = mixture_vocab_size(mixture, cfg.storage_options)
+        else:
+            assert cfg.data is not None
+            vocab_size = dataset_vocab_size(cfg.data, cfg.storage_options)
         run_dir = prepare_run_dir(cfg.run_dir, info)
         cfg = replace(cfg, run_dir=os.fspath(run_dir))
         assert cfg.batch_size is not None and cfg.seq_len is not None
@@ -472,9 +507,13 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
             world_size=info.world_size, storage_options=cfg.storage_options,
             cache_dir=cfg.cache_dir, cache_bytes=cfg.cache_bytes,
             readahead_bytes=cfg.readahead_bytes, global_batch_size=cfg.global_batch_size,
-            run_blocks=cfg.run_blocks,
+            run_blocks=cfg.run_blocks, mixture=mixture,
         )
-        summary = train(cfg, info, loader, vocab_size, run_dir)
+        meter = None
+        if mixture is not None:
+            meter = mixture_meter(mixture, loader, cfg)
+        summary = train(cfg, info, loader, vocab_size, run_dir, mixture=meter,
+                        mixture_file=mixture)
         beat("finish")
         barrier()
         return summary

@@ -9,7 +9,7 @@ from trainer.config import PRESETS, TrainConfig, help_text, parse_args, resolve
 
 def test_help_lists_every_flag() -> None:
     text = help_text()
-    for flag in ("--data", "--storage-options", "--steps", "--batch-size", "--seq-len",
+    for flag in ("--data", "--mixture", "--storage-options", "--steps", "--batch-size", "--seq-len",
                  "--layers", "--width", "--heads", "--lr", "--warmup-steps", "--weight-decay",
                  "--grad-clip", "--seed", "--num-workers", "--log-every", "--run-dir",
                  "--device", "--dtype", "--cache-dir", "--cache-bytes", "plot RUN_DIR"):
@@ -67,7 +67,9 @@ def test_width_must_divide_by_heads() -> None:
     ["--data", "d", "--storage-options", "[1, 2]"],
     ["--data", "d", "--steps", "0"],
     ["--data", "d", "--device", "tpu"],
-    ["--steps", "3"],  # --data is required
+    ["--steps", "3"],  # --data (or --mixture) is required
+    [],
+    ["--data", "d", "--mixture", "m.toml"],  # one or the other
     ["--data", "d", "--cache-bytes", "lots"],
     ["--data", "d", "--cache-bytes", "0"],
     ["--data", "d", "--readahead-bytes", "lots"],
@@ -149,6 +151,16 @@ def test_precedence_flags_file_environment_defaults(tmp_path, monkeypatch, suffi
     assert cfg.checkpoint_storage_options == {"anon": True}
     cfg = parse_args(["--config", str(path), "--steps", "9", "--data", "flag"])
     assert (cfg.data, cfg.steps, cfg.lr) == ("flag", 9, 0.5)
+
+
+def test_a_mixture_file_instead_of_data(capsys) -> None:
+    cfg = parse_args(["--mixture", "mix.toml", "--steps", "5"])
+    assert (cfg.mixture, cfg.data, cfg.steps) == ("mix.toml", None, 5)
+    for argv, message in (([], "give --data URL (a dataset) or --mixture FILE (several)"),
+                          (["--data", "d", "--mixture", "m"], "not both")):
+        with pytest.raises(SystemExit):
+            parse_args(argv)
+        assert message in capsys.readouterr().err
 
 
 def test_defaults_are_stated_once(monkeypatch) -> None:
