@@ -190,6 +190,23 @@ def test_the_meter_gives_each_interval_s_shares() -> None:
     assert meter.interval(2, 3, torch.device("cpu"))["mixture"] == {"a": 0.0, "b": 1.0}
 
 
+def test_the_plot_draws_shares_beside_the_imbalance_panel(tmp_path: Path) -> None:
+    from trainer.imbalance import analyze, record
+    from trainer.metrics import JsonlWriter
+    from trainer.plot import plot_run
+
+    with JsonlWriter(tmp_path / "metrics.jsonl") as w:
+        for step in (10, 20, 30):
+            web = 0.9 - step / 100
+            w.write({"step": step, "loss": 3.0, "tokens_per_s": 100.0, "data_wait_frac": 0.1,
+                     "data_wait_frac_max": 0.2, "mixture": {"web": web, "code": 1 - web},
+                     "mixture_scheduled": {"web": web + 0.01, "code": 0.99 - web}})
+            w.write(record(analyze([[10, 0.1, 0.5, 0.1, 0.2, 1.0],
+                                    [10, 0.9, 0.5, 0.1, 0.0, 1.0]], step)))
+    out = plot_run(tmp_path)
+    assert out.stat().st_size > 10_000
+
+
 # -- real runs ------------------------------------------------------------------------------
 
 RAMP_END, STEPS = 16, 40  # the tiny mixture's epoch is 33 steps: the run crosses one
