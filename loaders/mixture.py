@@ -15,7 +15,7 @@ be 0 (that component is not read), as long as one is positive.
 linear between them). The unit is the *step*, one global batch of ``step_samples`` samples,
 ``c = step_samples / L`` columns of every lane. Step ``k``'s counts per component follow the
 schedule cumulatively (largest remainder of the scheduled totals so far, so any run of steps
-has its scheduled share to within two samples per component), its slots are dealt round the
+has its scheduled share to within a few samples per component), its slots are dealt round the
 lanes from a start that rotates with ``k``, and each lane's slots of a step are put in a keyed
 order; lane ``j`` of component ``i`` is read as a stream continuing across the component's
 epochs, at the position the lane's earlier slots of ``i`` reached. An epoch of a scheduled
