@@ -47,12 +47,18 @@ import json, resource, shutil, sys, tempfile, time
 from dataclasses import replace
 from pathlib import Path
 
-from pipeline.tasks import tokenizing
 from pipeline.config import PipelineConfig
-from pipeline.planning.discovery import discover
-from pipeline.planning.plan import auto_partition_bytes, plan_partitions
-from pipeline.tasks.stages import StageParams, phase_one
 from storage import tokenizer_name
+try:  # pipeline/ by concern (planning/, tasks/)
+    from pipeline.planning.discovery import discover
+    from pipeline.planning.plan import auto_partition_bytes, plan_partitions
+    from pipeline.tasks import tokenizing
+    from pipeline.tasks.stages import StageParams, phase_one
+except ImportError:  # the flat pipeline/ of before (the --before worktree)
+    from pipeline import tokenizing
+    from pipeline.discovery import discover
+    from pipeline.plan import auto_partition_bytes, plan_partitions
+    from pipeline.stages import StageParams, phase_one
 
 kind, files = sys.argv[1], sys.argv[2:]
 out = Path(tempfile.mkdtemp(prefix="bench-steps-"))
