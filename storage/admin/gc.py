@@ -12,9 +12,13 @@ What is kept, on every replica:
 - multipart uploads that never completed (S3; a cancelled or killed write's parts, listed by
   no object listing: :mod:`storage.io.multipart`) of a path gc may remove are aborted once
   started longer ago than ``min_age_s`` (a writer may still be sending one);
+- every version a view selects from, with all it names, while the view uses it (the pins
+  under ``_views/``: :mod:`storage.admin.view_pins`); a pin no view uses any more and older
+  than ``min_age_s`` is removed;
 - anything gc does not know (``_degraded/``, foreign files): it only removes under
-  ``shards/``, ``quarantine/``, ``_versions/``, ``_work/``, root ``tokenizer*.json`` files and
-  leftover ``.tmp-*`` files of interrupted local writes.
+  ``shards/``, ``quarantine/``, ``index/``, ``masks/`` (a view's own), ``_versions/``,
+  ``_work/``, root ``tokenizer*.json`` files, stale pins and leftover ``.tmp-*`` files of
+  interrupted local writes.
 
 A local replica holding a symlink anywhere in the dataset is refused whole, naming the link:
 the listing does not descend into a symlinked folder, so the objects behind it would look
@@ -37,10 +41,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from storage.admin import view_pins
 from storage.admin.versions import manifest_tag
 from storage.format.layout import (
     INDEX_DIR,
     MANIFEST,
+    MASKS_DIR,
+    NAME_HASH,
     QUARANTINE_DIR,
     SHARDS_DIR,
     WORK_DIR,
@@ -217,9 +224,31 @@ def _kept_versions(scans: list[_Replica], keep: int, cutoff: float) -> dict[str,
     return kept
 
 
+def _pins(store: ReplicaSet, scans: list[_Replica], cutoff: float) -> tuple[set[str], list[str]]:
+    """The source versions (first 16 hex digits of their sha256) the views' pins keep, and the
+    pins that are stale (:mod:`storage.admin.view_pins`)."""
+    trees: dict[str, dict[str, Any]] = {}
+    for s in scans:
+        for rel, info in s.tree.items():
+            if view_pins.is_pin_path(rel):
+                trees.setdefault(rel, info)
+    if not trees:
+        return set(), []
+    try:
+        pins = view_pins.read_pins(store, trees)
+    except (OSError, ManifestError) as exc:
+        raise GcError(f"a view pin cannot be read ({exc}); gc cannot tell what the views use, "
+                      "so it removes nothing") from None
+    uses = {name: view_pins.view_versions(store, name) for name in {p.view for p in pins}}
+    young = {rel for rel, info in trees.items()
+             if (t := mtime_of(info)) is None or t >= cutoff}
+    kept, stale = view_pins.decide(pins, uses, young)
+    return {v[:NAME_HASH] for v in kept}, stale
+
+
 def _collectable(rel: str) -> bool:
     top = rel.split("/", 1)[0]
-    return (top in (SHARDS_DIR, QUARANTINE_DIR, INDEX_DIR) or is_tokenizer_name(rel)
+    return (top in (SHARDS_DIR, QUARANTINE_DIR, INDEX_DIR, MASKS_DIR) or is_tokenizer_name(rel)
             or ("/" not in rel and rel.startswith(".tmp-")))
 
 
@@ -234,6 +263,12 @@ def collect(store: ReplicaSet, keep: int, min_age_s: float = DEFAULT_MIN_AGE_S,
     cutoff = now - min_age_s
     scans = [_scan(r) for r in store.replicas]
     kept = _kept_versions(scans, keep, cutoff)
+    pinned, stale_pins = _pins(store, scans, cutoff)
+    for s in scans:  # the versions a view selects from, kept whatever --keep says
+        for rel in s.tree:
+            parsed = parse_version_name(rel)
+            if parsed is not None and parsed[1] in pinned:
+                kept[rel] = parsed[0]
 
     named: set[str] = set()
     for s in scans:
@@ -254,6 +289,7 @@ def collect(store: ReplicaSet, keep: int, min_age_s: float = DEFAULT_MIN_AGE_S,
     for s in scans:
         versions = [rel for rel in s.tree if parse_version_name(rel) and rel not in kept]
         objects = []
+        objects += [rel for rel in stale_pins if rel in s.tree]
         for rel, info in s.tree.items():
             if not _collectable(rel) or rel in named:
                 continue

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from storage.admin.newest import Candidate, Choice, ReplicaView, choose
 from storage.admin.verify import check_object
+from storage.admin.view_check import check_view
 from storage.format import tokens
 from storage.format.checksums import PIECE_DIGEST, SHA256, digest_bytes
 from storage.format.index import IndexShards, digest_algorithm
@@ -241,6 +242,11 @@ def _verify(store: ReplicaSet, choice: Choice) -> ScrubReport:
         for problem in (_manifest_problem(choice, view), _record_problem(choice, view)):
             if problem:
                 report.problems.append(problem)
+    if target.manifest is not None and target.manifest.view is not None:
+        # a view: the source objects it names and its keep-masks (storage.admin.view_check)
+        checked, found = check_view(store, target.manifest)
+        report.objects += checked
+        report.problems += [Problem(p.replica, p.path, p.kind, p.detail) for p in found]
     seen = {(p.path, p.replica) for p in report.problems}
     for m, r in _open_markers(store, choice):
         if (m.path, r.name) not in seen and not _obsolete(store, m):

@@ -19,6 +19,11 @@ SHARDS_DIR = "shards"
 QUARANTINE_DIR = "quarantine"
 #: the binary row-group index of a v2 manifest (``storage.format.index``): ``index/<sha16>.sfidx``
 INDEX_DIR = "index"
+#: a view's keep-masks objects (``storage.format.view``): ``masks/<sha16>.sfmask``
+MASKS_DIR = "masks"
+#: a source's registry of the views that select from it (``storage.admin.view_pins``): one
+#: ``<view name>.json`` pin per view, read by ``gc`` so it never removes what a view names
+VIEWS_DIR = "_views"
 #: immutable copies of every committed manifest: ``<sequence>-<manifest sha16>.json``
 VERSIONS_DIR = "_versions"
 #: a run's scratch files (``pipeline.tasks.work``), removed once it commits
@@ -57,6 +62,11 @@ def quarantine_name(index: int, sha256: str) -> str:
 def index_name(sha256: str) -> str:
     """The row-group index object: named by its content, like every object a manifest names."""
     return f"{INDEX_DIR}/{_tag(sha256)}.sfidx"
+
+
+def masks_name(sha256: str) -> str:
+    """A view's keep-masks object, content-addressed like every object a manifest names."""
+    return f"{MASKS_DIR}/{_tag(sha256)}.sfmask"
 
 
 def tokenizer_name(sha256: str) -> str:

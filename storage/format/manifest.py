@@ -27,6 +27,7 @@ from storage.format.checksums import PIECE_ALGORITHMS, SHA256
 from storage.format.chunk_footer import CODECS
 from storage.format.fields import FieldError, Fields
 from storage.format.layout import MANIFEST, UnsafePathError, safe_relative
+from storage.format.view import ViewRef
 
 FORMAT_V1 = "shardflow.dataset/1"
 FORMAT_V2 = "shardflow.dataset/2"
@@ -197,6 +198,9 @@ class Manifest:
     #: v2 only: the row-group index object and the dataset's counts
     index: IndexRef | None = None
     totals: Totals | None = None
+    #: a view (``storage.format.view``): its source, the expression and its keep-masks;
+    #: ``None`` for a dataset that holds its own shards (absent from its JSON)
+    view: ViewRef | None = None
 
     def __post_init__(self) -> None:
         if not self.format:
@@ -212,6 +216,8 @@ class Manifest:
                                  "no index or totals")
         else:
             raise ValueError(f"unknown manifest format {self.format!r}")
+        if self.view is not None and (self.format != FORMAT_V2 or self.quarantine):
+            raise ValueError(f"a view is a {FORMAT_V2} manifest without a quarantine")
 
     @property
     def is_v2(self) -> bool:
@@ -235,8 +241,13 @@ class Manifest:
 
         For v2 that is the index object, the tokenizer and the quarantine; the shards are
         named by the index (``storage.io.index_store.objects_of`` lists them all, for either
-        format).
+        format). A view's own objects are its index and keep-masks: its tokenizer and shards
+        are its source's (:meth:`source_objects`).
         """
+        if self.view is not None:
+            assert self.index is not None
+            return [(self.index.path, self.index.bytes, self.index.sha256),
+                    (self.view.masks_path, self.view.masks_bytes, self.view.masks_sha256)]
         out = [(s.path, s.bytes, s.sha256) for s in self.shards]
         if self.index is not None:
             out.append((self.index.path, self.index.bytes, self.index.sha256))
@@ -257,8 +268,19 @@ class Manifest:
     def total_bytes(self) -> int:
         return self.counts.bytes
 
+    def source_objects(self) -> list[tuple[str, int, str]]:
+        """What a view names in its source besides the shards (its index names those): the
+        tokenizer. Empty for a dataset that is not a view."""
+        if self.view is None or not self.tokenizer.bytes:
+            return []
+        return [(self.tokenizer.path, self.tokenizer.bytes, self.tokenizer.sha256)]
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        if self.view is None:
+            del d["view"]  # a dataset's JSON is what it was before views existed
+        else:
+            d["view"] = self.view.to_dict()
         if self.is_v2:
             del d["shards"]
         else:  # exactly the v1 layout, so a v1 manifest re-serialises to its own bytes
@@ -304,6 +326,8 @@ class Manifest:
         if v2 and "shards" in f.value:
             raise FieldError(f"shards: a {FORMAT_V2} manifest names its shards in its index, "
                              "not inline")
+        if "view" in f.value and (not v2 or f.value.get("quarantine")):
+            raise FieldError(f"view: a view is a {FORMAT_V2} manifest without a quarantine")
         tok = f.child("tokenizer")
         index = IndexRef.from_dict(f.child("index")) if v2 else None
         totals = Totals.from_dict(f.child("totals")) if v2 else None
@@ -324,6 +348,7 @@ class Manifest:
             format=fmt,
             index=index,
             totals=totals,
+            view=ViewRef.from_dict(f.child("view")) if "view" in f.value else None,
         )
         for i, shard in enumerate(manifest.shards):
             if sum(g.tokens for g in shard.row_groups) != shard.tokens:

@@ -164,7 +164,7 @@ def objects_of(store: ReplicaSet | str, manifest: Manifest) -> list[tuple[str, i
     """Every object a version consists of, ``(path, bytes, sha256)``, manifest aside: what the
     manifest names (for v2: the index, the tokenizer, the quarantine) and the shards."""
     out = manifest.objects()
-    if manifest.index is not None:
+    if manifest.index is not None and manifest.view is None:  # a view's shards: its source's
         out += _index_shards(store, manifest, manifest.index).objects()
     return out
 
