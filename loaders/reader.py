@@ -54,6 +54,7 @@ from storage.format import chunk_footer
 from storage.format.checksums import piece_matches
 from storage.format.index import digest_hex
 from storage.format.layout import UnsafePathError
+from storage.format.view import Masks
 from storage.io.clients import read_range
 from storage.io.local_paths import check_read
 from storage.io.process_local import ProcessLocal
@@ -184,10 +185,17 @@ class TokenReader(ProcessLocal):
                       "_threads": threading.local}
 
     def __init__(self, store: ReplicaSet, index: RowGroupIndex,
-                 cache: ChunkCache | None = None) -> None:
+                 cache: ChunkCache | None = None, *, shards: ReplicaSet | None = None,
+                 masks: Masks | None = None) -> None:
         self.store = store
         self.index = index
         self.cache = cache
+        #: where the shards are: the dataset's own replicas, or a view's source beside them
+        #: (:mod:`storage.io.view_store`); the index is always read from ``store``
+        self.shards = shards if shards is not None else store
+        #: a view's keep-masks (:mod:`storage.format.view`): each decoded row group keeps only
+        #: its kept documents' tokens, which the index counts
+        self.masks = masks
         self._meta: dict[int, pq.FileMetaData] = {}
         self.bytes_read = 0
         self.groups_read = 0
@@ -220,7 +228,7 @@ class TokenReader(ProcessLocal):
     @property
     def local(self) -> bool:
         """Are all replicas on local disk (no request cost to coalesce around)?"""
-        return all(r.loc.is_local for r in self.store.replicas)
+        return all(r.loc.is_local for r in self.shards.replicas)
 
     def _count(self, nbytes: int, groups: int = 0) -> None:
         with self._lock:
@@ -330,7 +338,8 @@ class TokenReader(ProcessLocal):
                     f"{path}: row group {gi} does not decode from the bytes the index "
                     f"locates and verifies ({exc}; a crafted or damaged index or shard: "
                     "run `storage verify`)") from exc
-            out[g] = tokens.unpack(table.column(0), self.index.encoding)
+            out[g] = tokens.unpack(self._kept(table.column(0), g, path, gi),
+                                   self.index.encoding)
             want = int(self.index.starts[g + 1] - self.index.starts[g])
             if len(out[g]) != want:  # the checksum covers the bytes, not the index's count
                 raise IndexFormatError(
@@ -341,6 +350,19 @@ class TokenReader(ProcessLocal):
             if deliver is not None:
                 deliver(g, out[g])
         return out
+
+    def _kept(self, column: pa.ChunkedArray, g: int, path: str, gi: int) -> pa.ChunkedArray:
+        """A view's row group: only the documents its mask keeps (a dataset's: all)."""
+        if self.masks is None:
+            return column
+        keep = self.masks.group(g)
+        if len(keep) != len(column):  # the mask was made for another row group
+            raise IndexFormatError(
+                f"{path}: row group {gi} holds {len(column):,} documents where the view's "
+                f"masks say {len(keep):,} (a crafted or damaged view; run `storage verify`)")
+        if keep.all():
+            return column
+        return column.filter(pa.array(keep))
 
     def _footer_files(self, shard: int, size: int, pieces: list[tuple[int, int, str, Any]],
                       fetched: dict[int, Any], placed: dict[int, tuple[Any, int]],
@@ -440,6 +462,6 @@ class TokenReader(ProcessLocal):
                 out[start] = piece
             return out, whole, data
 
-        result = self.store.read(path, fetch, f"{path}[{lo}:{hi}]")
+        result = self.shards.read(path, fetch, f"{path}[{lo}:{hi}]")
         self._count(hi - lo, sum(1 for p in pieces if p[3] is not None))
         return result

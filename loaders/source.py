@@ -36,6 +36,7 @@ from loaders.settings import LoaderSettings
 from loaders.state import PLAN_DEFAULTS, check_state
 from storage import Manifest, ReplicaSet
 from storage.io.process_local import ProcessLocal, none
+from storage.io.view_store import read_masks, source_store
 
 
 class Windows(Protocol):
@@ -234,6 +235,11 @@ class DatasetSource(ProcessLocal):
         self.store = ReplicaSet.from_urls([url, *(replicas or [])], storage_options,
                                           replica_options)
         self.manifest = manifest or self.store.read_manifest()
+        # A view (storage.format.view): its index counts the kept documents, its shards are
+        # its source's, beside each replica, and each row group is masked as it is decoded.
+        self.shards = source_store(self.store, self.manifest)
+        self.masks = (read_masks(self.store, self.manifest) if self.manifest.view is not None
+                      else None)
         self.eos_id = self.manifest.eos_id
         self.tokenizer_sha256: str | None = self.manifest.tokenizer.sha256
         if settings.return_position_ids and self.eos_id is None:
@@ -269,7 +275,7 @@ class DatasetSource(ProcessLocal):
         a whole run of each of the ``lanes_per_reader`` lanes one reader serves (a run then
         costs two or more GETs: ``loaders.coalesce.run_per_lane_bytes``); None when it can,
         or when nothing is remote or there are no runs."""
-        if all(r.loc.is_local for r in self.store.replicas) or not len(self.index):
+        if all(r.loc.is_local for r in self.shards.replicas) or not len(self.index):
             return None
         read = self.settings.read
         run = plan.run_length(self.settings.plan.resolved(len(self.index), lanes),
@@ -281,7 +287,7 @@ class DatasetSource(ProcessLocal):
         have, want = read.readahead_bytes / 2**20, -(-need * 10 // 2**20) / 10
         return (f"readahead_bytes={have:.1f} MiB holds less than a run of {run} row groups for "
                 f"each of the {lanes_per_reader} lanes a reader serves, so from "
-                f"{self.store.replicas[0].name} a run takes two or more requests; "
+                f"{self.shards.replicas[0].name} a run takes two or more requests; "
                 f"readahead_bytes={want:.1f} MiB (memory held per reader) keeps one request "
                 "per run, fewer lanes per rank or worker need less")
 
@@ -317,7 +323,8 @@ class DatasetSource(ProcessLocal):
     @property
     def reader(self) -> TokenReader:
         if self._reader is None:
-            self._reader = TokenReader(self.store, self.index, self._cache())
+            self._reader = TokenReader(self.store, self.index, self._cache(),
+                                       shards=self.shards, masks=self.masks)
         return self._reader
 
     def windows(self, samples: np.ndarray) -> PrefetchingWindows:
@@ -339,7 +346,8 @@ class DatasetSource(ProcessLocal):
             "row_groups_read": float(reader.groups_read if reader else 0),
             "requests": float(reader.requests if reader else 0),
             "footers_read": float(reader.footers_read if reader else 0),
-            "failovers": float(self.store.failovers),
+            "failovers": float(self.store.failovers + (
+                self.shards.failovers if self.shards is not self.store else 0)),
             "cache_hits": float(cache.hits if cache else 0),
             "cache_misses": float(cache.misses if cache else 0),
             "cache_corrupt": float(cache.corrupt if cache else 0),
