@@ -1,6 +1,6 @@
 """``python -m pipeline``: ``run`` builds a dataset, ``inspect`` summarises one, ``export``
-rewrites one, ``steps`` lists the steps a recipe can use, ``train-classifier`` trains a
-fastText quality classifier for the ``fasttext`` step.
+rewrites one, ``select`` makes a view of one, ``steps`` lists the steps a recipe can use,
+``train-classifier`` trains a fastText quality classifier for the ``fasttext`` step.
 
 ``run``'s flags are :class:`pipeline.config.PipelineConfig`'s fields, made into flags by the
 shared mechanism of :mod:`storage.config` (cyclopts), so every knob has a flag, a ``--config``
@@ -167,6 +167,45 @@ def export(url: Annotated[str, Parameter(name="URL")],
 
 
 @app.command
+def select(url: Annotated[str, Parameter(name="SRC")], /, *,
+           where: Annotated[str, Parameter(name="--where", metavar="EXPR")],
+           output: Annotated[str, Parameter(name=["--output", "-o"], metavar="DST")],
+           storage: ReplicaFlags = ReplicaFlags(),  # noqa: B008
+           no_progress: Annotated[bool, _NoNegative] = False) -> int:
+    """Make a view: the documents of SRC whose signals satisfy EXPR, no token copied.
+
+    Read only the columns EXPR names from SRC's current version (never the token ids, except
+    the lengths of the row groups kept in part: the loader plans by tokens), and write DST, a
+    dataset that names SRC's shards with a keep-mask per row group: it loads, verifies,
+    exports and inspects like any dataset, and a view of it is a view of SRC. DST lives beside
+    SRC (same parent folder); SRC records the view in its _views/ folder so `python -m storage
+    gc` of SRC keeps every version a view selects from.
+
+    Parameters
+    ----------
+    url
+        the dataset (or view) to select from
+    where
+        a SQL WHERE condition over the metadata and signal columns, e.g.
+        "lang = 'en' AND \"gopher_quality.word_count\" >= 50" (quote a column with dots in
+        double quotes; strings in single quotes): comparisons, AND/OR/NOT, IN, IS NULL,
+        BETWEEN, LIKE, arithmetic
+    output
+        where to write the view: a folder beside SRC, e.g. s3://bucket/web-en for
+        s3://bucket/web (SRC's other replicas, --replica, get the view beside them too)
+    no_progress
+        no progress bar
+    """
+    from pipeline.select.build import select as select_view  # imported late: sqlglot
+    from pipeline.select.build import view_replicas
+
+    src = storage.store(url)
+    print(select_view(src, where, view_replicas(src, output, storage.options),
+                      progress=not no_progress).render())
+    return 0
+
+
+@app.command
 def steps(*, as_json: Annotated[bool, Parameter(name="--json", negative="")] = False) -> int:
     """List the steps a recipe can use.
 
@@ -224,9 +263,18 @@ def _inspect(url: str, where: ReplicaFlags, as_json: bool, signal_rows: int = 1_
     if m.index is not None:
         print(f"index       {m.index.path} ({m.index.bytes:,} bytes, sha256 "
               f"{m.index.sha256[:12]}...)")
-    print(f"documents   {_count(st.get('documents_in', '?'))} in, {m.total_rows:,} out")
-    print(f"dropped     {_reasons(st.get('dropped', {}))}")
-    print(f"quarantined {_reasons(st.get('quarantined', {}))}")
+    if m.view is not None:  # a view (python -m pipeline select): its source and expression
+        v = m.view
+        print(f"view of     {v.source} (beside this dataset; version {v.source_version[:12]}"
+              f"...), masks {v.masks_path} ({v.masks_bytes:,} bytes)")
+        print(f"where       {v.where}")
+        print(f"keeps       {m.total_rows:,} of {v.source_rows:,} documents, "
+              f"{m.total_tokens:,} of {v.source_tokens:,} tokens")
+    else:
+        print(f"documents   {_count(st.get('documents_in', '?'))} in, {m.total_rows:,} out")
+    if m.view is None:
+        print(f"dropped     {_reasons(st.get('dropped', {}))}")
+        print(f"quarantined {_reasons(st.get('quarantined', {}))}")
     if st.get("changed"):
         print(f"changed     {_reasons(st['changed'])}")
     print(f"tokens      {m.total_tokens:,}")
@@ -297,7 +345,9 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     except (DatasetNotFoundError, ManifestError, QuorumError, ReplicaError, InputError,
             WorkerImportError, StepError, ValueError, OSError) as exc:
-        where = bound.arguments.get("where")
+        where = bound.arguments.get("where") or bound.arguments.get("storage")
+        if not isinstance(where, ReplicaFlags):
+            where = bound.arguments.get("storage")
         opts = redact(where.storage_options if where is not None else None)
         hint = f" (storage options: {opts})" if opts else ""
         print(f"error: {exc}{hint}", file=sys.stderr)

@@ -21,6 +21,9 @@ signal into some shards only) gets nulls there; a column an int-valued shard wro
 ``int64`` that the manifest types ``double`` is cast. Readers that take a folder of Parquet
 files as one table (pandas, DuckDB, Polars, HF datasets) need one schema.
 
+A view (``python -m pipeline select``) exports only the documents it keeps: its source's
+shards are read and checked as the source's, then each row group is masked.
+
 Streaming: one shard is read (checksum-verified) and written at a time, row group by row
 group, so memory is bounded by a shard whatever the dataset's size. Output names depend on the
 shard's position only, and the bytes on its content: an export is reproducible.
@@ -60,6 +63,7 @@ from storage.admin.verify import check_object
 from storage.format.checksums import PIECE_DIGEST, SHA256
 from storage.format.index import digest_algorithm
 from storage.io.urls import Location
+from storage.io.view_store import physical_shard, read_masks, source_store
 
 FORMATS = ("parquet-list", "jsonl", "hf")
 LIST_SCHEMA = pa.schema([pa.field("doc_id", pa.string(), nullable=False),
@@ -95,12 +99,13 @@ def export_schema(manifest: Manifest, first: pa.Schema) -> pa.Schema:
     return pa.schema([*LIST_SCHEMA, *fields.values()])
 
 
-def list_batches(data: bytes, encoding: str,
-                 schema: pa.Schema | None = None) -> Iterator[pa.RecordBatch]:
+def list_batches(data: bytes, encoding: str, schema: pa.Schema | None = None,
+                 keep: list[np.ndarray] | None = None) -> Iterator[pa.RecordBatch]:
     """A shard's row groups as ``doc_id`` + ``input_ids: list<int32>`` record batches, plus
     the shard's other columns (metadata, signals), in the shard's order, or, given
     ``schema`` (:func:`export_schema`), as it orders and types them: a column the shard lacks
-    is nulls, one of another type is cast; a column ``schema`` lacks is a ``ManifestError``."""
+    is nulls, one of another type is cast; a column ``schema`` lacks is a ``ManifestError``.
+    ``keep``: a view's masks, one per row group: only the kept documents."""
     shard = pq.ParquetFile(io.BytesIO(data))
     if schema is None:
         schema = pa.schema([*LIST_SCHEMA, *(f for f in shard.schema_arrow
@@ -113,6 +118,11 @@ def list_batches(data: bytes, encoding: str,
     meta = list(schema)[len(LIST_SCHEMA):]
     for i in range(shard.num_row_groups):
         table = shard.read_row_group(i)
+        if keep is not None:
+            if len(keep[i]) != table.num_rows:
+                raise ManifestError(f"row group {i}: {table.num_rows} documents, the view's "
+                                    f"masks say {len(keep[i])}")
+            table = table.filter(pa.array(keep[i]))
         column = table.column("input_ids")
         lengths = tokens.lengths(column, encoding).astype(np.int64)
         values = tokens.unpack(column, encoding).astype(np.int32, copy=False)
@@ -185,18 +195,27 @@ def export(store: ReplicaSet, output: str, fmt: str,
     suffix = "jsonl" if fmt == "jsonl" else "parquet"
     prefix = "data/" if fmt == "hf" else ""
     shards = shards_of(store, manifest)  # v2: from its index, verified
+    # a view: its source's shards, beside it, and its masks (storage.format.view)
+    data_store = source_store(store, manifest)
+    masks = read_masks(store, manifest) if manifest.view is not None else None
+    first = 0
     algorithm = _digest(manifest)
     bar = ProgressBar(len(shards), label="shards", enabled=progress, stream=log)
     names: list[str] = []
     schema: pa.Schema | None = None  # every part's: fixed by the first shard and the manifest
     for i, shard in enumerate(shards):
         names.append(f"{prefix}part-{i:05d}.{suffix}")
-        data = _read(store, shard)
+        data = _read(data_store, shard)
+        keep = None
+        if masks is not None:
+            keep = [masks.group(first + g) for g in range(len(shard.row_groups))]
+            shard = physical_shard(shard, masks, first)
+        first += len(shard.row_groups)
         _check(shard, data, algorithm, encoding)
         if schema is None:
             schema = export_schema(manifest, pq.ParquetFile(io.BytesIO(data)).schema_arrow)
         try:
-            batches = list_batches(data, encoding, schema)
+            batches = list_batches(data, encoding, schema, keep)
             write_atomic(out, names[-1], write(batches, schema))
         except (ManifestError, pa.ArrowInvalid) as exc:
             raise ManifestError(f"{shard.path}: {exc}") from exc

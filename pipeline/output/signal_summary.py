@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 
 from storage import Manifest, ReplicaSet, ShardInfo, shards_of, tokens
 from storage.io.range_file import RangeFile
+from storage.io.view_store import read_masks, source_store
 
 NUMERIC = ("int64", "double")
 TYPES = ("int64", "double", "bool", "string")
@@ -319,6 +320,9 @@ def read_signals(store: ReplicaSet, manifest: Manifest, limit: int = DEFAULT_ROW
     if not names or limit <= 0 or manifest.total_rows == 0:
         return empty
     shards = shards_of(store, manifest)
+    # a view: the source's shards beside it, each row group masked (storage.format.view)
+    data = source_store(store, manifest)
+    masks = read_masks(store, manifest) if manifest.view is not None else None
     where: list[tuple[int, int]] = []  # flat row-group index -> (shard, group in the shard)
     rows: list[int] = []
     for s in range(len(shards)):
@@ -326,14 +330,14 @@ def read_signals(store: ReplicaSet, manifest: Manifest, limit: int = DEFAULT_ROW
             where.append((s, g))
             rows.append(info.rows)
     plan = sample_plan(rows, limit)
-    by_shard: dict[int, list[tuple[int, int]]] = {}
+    by_shard: dict[int, list[tuple[int, int, Any]]] = {}
     for i, take in plan:
         s, g = where[i]
-        by_shard.setdefault(s, []).append((g, take))
+        by_shard.setdefault(s, []).append((g, take, masks.group(i) if masks else None))
     jobs = [(shards[s], groups) for s, groups in by_shard.items()]
     parts: dict[str, list[pa.Array]] = {c: [] for c in names}
     with ThreadPoolExecutor(max(1, min(threads, len(jobs)))) as pool:
-        for tables in pool.map(lambda job: list(_read_shard(store, job[0], job[1], names)),
+        for tables in pool.map(lambda job: list(_read_shard(data, job[0], job[1], names)),
                                jobs):
             for table in tables:
                 for c in names:
@@ -358,23 +362,24 @@ def _column(table: pa.Table, name: str, kind: pa.DataType) -> pa.ChunkedArray:
     return col if col.type == kind else col.cast(kind)
 
 
-def _read_shard(store: ReplicaSet, shard: ShardInfo, groups: list[tuple[int, int]],
+def _read_shard(store: ReplicaSet, shard: ShardInfo, groups: list[tuple[int, int, Any]],
                 names: list[str]) -> Iterator[pa.Table]:
-    """``(group, rows)`` of one shard: the first ``rows`` of each group's ``names`` columns
-    (those the shard has)."""
+    """``(group, rows, mask)`` of one shard: the first ``rows`` of each group's ``names``
+    columns (those the shard has), of the documents ``mask`` keeps (a view's; ``None``:
+    all)."""
     if not (shard.footer_length and shard.footer_sha256):  # no footer recorded: the whole shard
         whole = pq.ParquetFile(io.BytesIO(store.get(shard.path, sha256=shard.sha256)))
         have = [c for c in names if c in whole.schema_arrow.names]
-        for g, take in groups:
-            yield (whole.read_row_group(g, columns=have, use_threads=False).slice(0, take)
-                   if have else pa.table({"_": pa.nulls(take)}))
+        for g, take, mask in groups:
+            yield (_kept(whole.read_row_group(g, columns=have, use_threads=False), mask
+                         ).slice(0, take) if have else pa.table({"_": pa.nulls(take)}))
         return
     footer = store.get(shard.path, sha256=shard.footer_sha256,
                        start=shard.bytes - shard.footer_length, end=shard.bytes)
     meta = tokens.parse_footer(footer)
     present = set(meta.schema.names)
     have = [c for c in names if c in present]
-    for g, take in groups:
+    for g, take, mask in groups:
         if not have:
             yield pa.table({"_": pa.nulls(take)})
             continue
@@ -384,7 +389,12 @@ def _read_shard(store: ReplicaSet, shard: ShardInfo, groups: list[tuple[int, int
         source = RangeFile(shard.bytes, lo, data, f"{shard.path} row group {g}")
         table = pq.ParquetFile(source, metadata=meta).read_row_group(
             g, columns=have, use_threads=False)
-        yield table.slice(0, take)
+        yield _kept(table, mask).slice(0, take)
+
+
+def _kept(table: pa.Table, mask: Any) -> pa.Table:
+    """A view's row group: its kept documents (``mask`` a bool per row; ``None``: all)."""
+    return table if mask is None else table.filter(pa.array(mask))
 
 
 # -- the plot ---------------------------------------------------------------------------------

@@ -1,0 +1,258 @@
+"""Build a view: read a dataset's selection columns, decide per document, write the masks.
+
+``select(SRC, where, DST)`` reads, for every row group of SRC's current version, only the
+columns the expression names (their byte ranges, under the shard's footer verified against the
+index), evaluates the expression, ANDs it with SRC's own masks when SRC is a view, and writes
+DST: its keep-masks, a copy of SRC's index with the kept rows and tokens, and a manifest whose
+``view`` record names the original source (a view of a view points at the original shards).
+
+The one thing the signal columns cannot give is a kept document's token count, which the
+loader's sample plan needs: a row group kept whole or dropped whole needs none (its tokens are
+the source's, or 0); for a row group kept in part, the value lengths of its ``input_ids``
+chunk are read (fetched, checked against the index's digest, decoded to count, never kept or
+written). A shard records no per-document token count that would spare it.
+
+Before DST's manifest is committed, a pin goes into the source (:mod:`storage.admin.view_pins`)
+so the source's ``gc`` never removes what the view names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.driver.progress import ProgressBar
+from pipeline.select.expression import TOKEN_COLUMN, Selection, parse
+from storage import ChecksumMismatchError, Manifest, ReplicaSet, shards_of, tokens
+from storage.admin.versions import commit
+from storage.admin.view_pins import write_pin
+from storage.format.checksums import PIECE_DIGEST, digest_bytes, piece_key, piece_matches
+from storage.format.index import (
+    GROUP_COLUMNS,
+    OPTIONAL_SHARD_COLUMNS,
+    SHARD_COLUMNS,
+    encode_columns,
+)
+from storage.format.layout import masks_name
+from storage.format.manifest import ShardInfo, Totals
+from storage.format.view import Masks, ViewRef, encode_masks, kept_counts
+from storage.io.index_store import fetch_columns
+from storage.io.range_file import RangeFile
+from storage.io.replica_leases import hold_replicas
+from storage.io.view_store import read_masks, sibling, source_store
+
+#: Arrow types of the manifest's schema names that ``pa.type_for_alias`` does not know
+_TYPES = {"bool": pa.bool_(), "float": pa.float32(), "double": pa.float64()}
+
+
+@dataclass
+class SelectSummary:
+    output: str
+    where: str
+    documents: int
+    of_documents: int
+    tokens: int
+    of_tokens: int
+    own_bytes: int
+    source_bytes: int
+
+    def render(self) -> str:
+        share = self.documents / self.of_documents if self.of_documents else 0.0
+        own = self.own_bytes / self.source_bytes if self.source_bytes else 0.0
+        return (f"selected {self.documents:,} of {self.of_documents:,} documents ({share:.1%}), "
+                f"{self.tokens:,} of {self.of_tokens:,} tokens, where {self.where}\n"
+                f"view {self.output}: {self.own_bytes:,} bytes of its own ({own:.3%} of the "
+                f"source's {self.source_bytes:,}); no token copied")
+
+
+def arrow_schema(manifest: Manifest) -> dict[str, pa.DataType]:
+    """The manifest's columns as Arrow types (``input_ids`` aside: never selected on)."""
+    out: dict[str, pa.DataType] = {}
+    for name, kind in manifest.schema.items():
+        if name == TOKEN_COLUMN:
+            out[name] = pa.binary()
+            continue
+        try:
+            out[name] = _TYPES.get(kind) or pa.type_for_alias(kind)
+        except ValueError:
+            out[name] = pa.string()
+    return out
+
+
+def manifest_sha256(manifest: Manifest) -> str:
+    """The sha256 of a manifest's canonical JSON (what ``_versions/`` records are named by)."""
+    return digest_bytes(manifest.to_json().encode("utf-8"))
+
+
+@dataclass
+class _Group:
+    keep: np.ndarray
+    lengths: np.ndarray | None
+
+
+class _ShardReader:
+    """One shard's selection columns (and, where needed, its documents' token counts)."""
+
+    def __init__(self, data: ReplicaSet, shard: ShardInfo, algorithm: str,
+                 encoding: str) -> None:
+        self.data, self.shard, self.algorithm, self.encoding = data, shard, algorithm, encoding
+        footer = data.get(shard.path, sha256=shard.footer_sha256,
+                          start=shard.bytes - shard.footer_length, end=shard.bytes)
+        self.meta = tokens.parse_footer(footer)
+        self.present = set(self.meta.schema.names)
+
+    def columns(self, g: int, names: Sequence[str], rows: int) -> pa.Table:
+        have = [c for c in names if c in self.present]
+        if not have:
+            return pa.table({c: pa.nulls(rows) for c in names} or {"_": pa.nulls(rows)})
+        spans = [tokens.chunk_range(self.meta, g, c) for c in have]
+        lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
+        data = self.data.get(self.shard.path, start=lo, end=hi)
+        source = RangeFile(self.shard.bytes, lo, data, f"{self.shard.path} row group {g}")
+        table = pq.ParquetFile(source, metadata=self.meta).read_row_group(
+            g, columns=have, use_threads=False)
+        for c in names:  # a shard without a column: nulls (never kept by a comparison)
+            if c not in table.column_names:
+                table = table.append_column(c, pa.nulls(table.num_rows))
+        return table
+
+    def lengths(self, g: int) -> np.ndarray:
+        """Token count of each document of row group ``g``: its ``input_ids`` chunk fetched,
+        checked against the index's digest, decoded to count."""
+        info = self.shard.row_groups[g]
+        lo, hi = info.offset, info.offset + info.length
+        data = self.data.get(self.shard.path, start=lo, end=hi)
+        digest = info.blake3 if self.algorithm == PIECE_DIGEST else info.sha256
+        if not piece_matches(piece_key(digest, self.algorithm), data):
+            raise ChecksumMismatchError(f"{self.shard.path}[{lo}:{hi}] does not match its "
+                                        "checksum in the index")
+        source = RangeFile(self.shard.bytes, lo, data, f"{self.shard.path} row group {g}")
+        table = pq.ParquetFile(source, metadata=self.meta).read_row_group(
+            g, columns=[TOKEN_COLUMN], use_threads=False)
+        return tokens.lengths(table.column(TOKEN_COLUMN), self.encoding).astype(np.int64)
+
+
+def _select_shard(data: ReplicaSet, shard: ShardInfo, first: int, selection: Selection,
+                  base: Masks | None, rows: np.ndarray, algorithm: str, encoding: str
+                  ) -> list[_Group]:
+    reader = _ShardReader(data, shard, algorithm, encoding)
+    out = []
+    for g in range(len(shard.row_groups)):
+        n = int(rows[first + g])
+        keep = base.group(first + g) if base is not None else np.ones(n, dtype=bool)
+        if keep.any():
+            table = reader.columns(g, selection.columns, n)
+            if table.num_rows != n:
+                raise ChecksumMismatchError(f"{shard.path} row group {g}: {table.num_rows} "
+                                            f"rows, the index says {n}")
+            keep &= selection.keep(table).to_numpy(zero_copy_only=False)
+        k = int(keep.sum())
+        out.append(_Group(keep, reader.lengths(g) if 0 < k < n else None))
+    return out
+
+
+def select(src: ReplicaSet, where: str, dst: ReplicaSet, *, log: TextIO | None = None,
+           progress: bool = True, threads: int = 8) -> SelectSummary:
+    """Make ``dst`` the view of ``src``'s current version that keeps the documents for which
+    ``where`` is true (see the module docstring); returns what it kept."""
+    m = src.read_manifest()  # pinned: the version read here is the one selected from
+    if m.index is None:
+        raise ValueError(f"{src.url} is a shardflow.dataset/1 dataset: run `python -m storage "
+                         "upgrade` on it first (a view copies its binary index)")
+    selection = parse(where, arrow_schema(m))
+    if m.view is None:
+        origin, data, base = src, src, None
+        name = posixpath.basename(src.primary.root.rstrip("/"))
+        version, text = manifest_sha256(m), selection.sql
+    else:  # a view of a view: the original source, the masks ANDed
+        data = source_store(src, m)
+        origin, base, name = data, read_masks(src, m), m.view.source
+        version, text = m.view.source_version, f"({m.view.where}) AND ({selection.sql})"
+    _check_beside(dst, origin, name)
+    cols = fetch_columns(src, m.index, list({**GROUP_COLUMNS, **SHARD_COLUMNS}),
+                         optional=list(OPTIONAL_SHARD_COLUMNS))
+    shards = shards_of(src, m)
+    first = cols["first_group"].astype(np.int64)
+    rows = (base.source_rows if base is not None else cols["rows"]).astype(np.int64)
+    toks = (base.source_tokens if base is not None else cols["tokens"]).astype(np.int64)
+    algorithm, encoding = m.index.digest, m.schema.get(TOKEN_COLUMN, tokens.LEGACY_LIST)
+    bar = ProgressBar(len(shards), label="shards", enabled=progress, stream=log)
+    groups: list[_Group] = []
+
+    def one(s: int) -> list[_Group]:
+        return _select_shard(data, shards[s], int(first[s]), selection, base, rows,
+                             algorithm, encoding)
+
+    with ThreadPoolExecutor(max(1, min(threads, len(shards)))) as pool:
+        for part in pool.map(one, range(len(shards))):
+            groups += part
+            bar.update(1, sum(len(g.keep) for g in part))
+    masks_data = encode_masks(rows, toks, [g.keep for g in groups])
+    masks = Masks(masks_data)
+    kept_rows, kept_tokens = kept_counts(masks, [g.lengths for g in groups])
+    view_cols = dict(cols)
+    view_cols["rows"], view_cols["tokens"] = kept_rows, kept_tokens
+    view_cols["shard_rows"] = np.add.reduceat(kept_rows, first[:-1]) if len(rows) else \
+        np.zeros(0, dtype=np.int64)
+    view_cols["shard_tokens"] = np.add.reduceat(kept_tokens, first[:-1]) if len(rows) else \
+        np.zeros(0, dtype=np.int64)
+    index_data, ref = encode_columns(view_cols, algorithm)
+    masks_path = masks_name(digest_bytes(masks_data))
+    counts = m.counts
+    view = ViewRef(name, version, text, masks_path, len(masks_data), digest_bytes(masks_data),
+                   int(rows.sum()), int(toks.sum()))
+    stats = {k: v for k, v in m.stats.items() if k == "signals"}
+    manifest = dataclasses.replace(
+        m, index=ref, quarantine=(), stats=stats, view=view,
+        totals=Totals(counts.shards, counts.row_groups, int(kept_rows.sum()),
+                      int(kept_tokens.sum()), counts.bytes))
+    lease = hold_replicas(dst, "select")
+    try:
+        write_pin(origin, posixpath.basename(dst.primary.root.rstrip("/")), version)
+        dst.put(masks_path, masks_data)
+        dst.put(ref.path, index_data)
+        commit(dst, manifest, log)
+    finally:
+        lease.release()
+    return SelectSummary(dst.url, text, int(kept_rows.sum()), int(rows.sum()),
+                         int(kept_tokens.sum()), int(toks.sum()),
+                         len(masks_data) + len(index_data) + len(manifest.to_json()),
+                         counts.bytes)
+
+
+def view_replicas(src: ReplicaSet, output: str,
+                  storage_options: dict[str, Any] | None = None) -> ReplicaSet:
+    """The view's replica set: ``output``, and beside each other replica of ``src`` a folder
+    of the same name (every replica of a view reads the source beside it)."""
+    first = ReplicaSet.from_urls([output], storage_options).replicas[0].loc
+    name = posixpath.basename(first.root.rstrip("/"))
+    return ReplicaSet([first, *(sibling(r.loc, name) for r in src.replicas[1:])])
+
+
+def _check_beside(dst: ReplicaSet, origin: ReplicaSet, name: str) -> None:
+    """A view lives beside its source (same parent folder on every replica): that is how its
+    readers find the source without a manifest naming any other place."""
+    for view_replica, source_replica in zip(dst.replicas, origin.replicas, strict=False):
+        want = source_replica.loc.root.rstrip("/")
+        try:
+            got = sibling(view_replica.loc, name).root.rstrip("/")
+        except ValueError as exc:
+            raise ValueError(f"--output: {exc}") from None
+        if got != want:
+            raise ValueError(f"--output {view_replica.loc.url}: a view lives beside its source "
+                             f"(in the folder that holds {source_replica.loc.url}), so its "
+                             f"readers find the source as its sibling {name!r}")
+        if view_replica.loc.root.rstrip("/") == want:
+            raise ValueError("--output is the source itself")
+    if len(dst.replicas) > len(origin.replicas):
+        raise ValueError(f"--output has {len(dst.replicas)} replicas, the source "
+                         f"{len(origin.replicas)}: each replica of a view reads the source "
+                         "beside it")

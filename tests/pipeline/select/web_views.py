@@ -1,0 +1,51 @@
+"""The web test dataset views are made from: WET records in four languages through the real
+job (annotated by the Gopher rules, small row groups so shards hold several), beside which a
+test writes its views. Shared by the select, loader and gc tests of views."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.config import PipelineConfig
+from pipeline.driver.job import run
+from tests.pipeline.web import warcs
+
+TEXTS = {
+    "en": ("The committee met on {i} occasions this year to review the budget, and the members "
+           "agreed that the library should stay open longer in the evenings. Several residents "
+           "asked for more children's books, better lighting in the reading room and a quieter "
+           "space for students preparing their examinations during the winter."),
+    "de": ("Der Ausschuss hat sich in diesem Jahr {i} Mal getroffen, um den Haushalt zu "
+           "prüfen, und die Mitglieder waren sich einig, dass die Bibliothek abends länger "
+           "geöffnet bleiben sollte. Mehrere Bewohner wünschten sich mehr Kinderbücher, "
+           "besseres Licht im Lesesaal und einen ruhigeren Raum für Studenten."),
+    "fr": ("Le comité s'est réuni {i} fois cette année pour examiner le budget, et les membres "
+           "ont convenu que la bibliothèque devrait rester ouverte plus tard le soir. Plusieurs "
+           "habitants ont demandé davantage de livres pour enfants, un meilleur éclairage dans "
+           "la salle de lecture et un espace plus calme pour les étudiants."),
+    "es": ("El comité se reunió {i} veces este año para revisar el presupuesto, y los miembros "
+           "acordaron que la biblioteca debería permanecer abierta más tarde por las noches. "
+           "Varios vecinos pidieron más libros infantiles, mejor iluminación en la sala de "
+           "lectura y un espacio más tranquilo para los estudiantes."),
+}
+
+
+def build(root: Path, docs_per_language: int = 30) -> Path:
+    """``root/web``: a dataset of ``4 * docs_per_language`` documents (about half of them
+    English, then German, French, Spanish), in 3 shards of several row groups each."""
+    crawl = root / "crawl"
+    crawl.mkdir(parents=True, exist_ok=True)
+    langs = ["en", "en", "de", "fr", "es", "en"]  # en: half the documents
+    n = 4 * docs_per_language
+    for part in range(3):
+        records = []
+        for i in range(part, n, 3):
+            lang = langs[i % len(langs)]
+            body = " ".join(TEXTS[lang].format(i=i + k) for k in range(1 + i % 4))
+            records.append(warcs.conversion(f"https://{lang}.example/{i}", body))
+        warcs.write(crawl / f"part-{part}.warc.wet.gz", records)
+    out = root / "web"
+    run(PipelineConfig(inputs=[str(crawl / "*.gz")], output=str(out), workers=1,
+                       dashboard_address="127.0.0.1:0", annotate="gopher",
+                       files_per_partition=1, row_group_tokens=512), progress=False)
+    return out
