@@ -44,8 +44,15 @@ def build(root: Path, docs_per_language: int = 30) -> Path:
             body = " ".join(TEXTS[lang].format(i=i + k) for k in range(1 + i % 4))
             records.append(warcs.conversion(f"https://{lang}.example/{i}", body))
         warcs.write(crawl / f"part-{part}.warc.wet.gz", records)
+    return rebuild(root, [str(crawl / "*.gz")])
+
+
+def rebuild(root: Path, inputs: list[str] | None = None) -> Path:
+    """Run the job into ``root/web`` again (default: without the third WET file, so the new
+    version drops a shard the first one has)."""
     out = root / "web"
-    run(PipelineConfig(inputs=[str(crawl / "*.gz")], output=str(out), workers=1,
+    inputs = inputs or [str(root / "crawl" / f"part-{i}.warc.wet.gz") for i in (0, 1)]
+    run(PipelineConfig(inputs=inputs, output=str(out), workers=1,
                        dashboard_address="127.0.0.1:0", annotate="gopher",
                        files_per_partition=1, row_group_tokens=512), progress=False)
     return out
