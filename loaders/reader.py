@@ -54,7 +54,7 @@ from storage.format import chunk_footer
 from storage.format.checksums import piece_matches
 from storage.format.index import digest_hex
 from storage.format.layout import UnsafePathError
-from storage.format.view import Masks
+from storage.format.view import Masks, kept_tokens
 from storage.io.clients import read_range
 from storage.io.local_paths import check_read
 from storage.io.process_local import ProcessLocal
@@ -338,8 +338,7 @@ class TokenReader(ProcessLocal):
                     f"{path}: row group {gi} does not decode from the bytes the index "
                     f"locates and verifies ({exc}; a crafted or damaged index or shard: "
                     "run `storage verify`)") from exc
-            out[g] = tokens.unpack(self._kept(table.column(0), g, path, gi),
-                                   self.index.encoding)
+            out[g] = self._kept(table.column(0), g, path, gi)
             want = int(self.index.starts[g + 1] - self.index.starts[g])
             if len(out[g]) != want:  # the checksum covers the bytes, not the index's count
                 raise IndexFormatError(
@@ -351,18 +350,18 @@ class TokenReader(ProcessLocal):
                 deliver(g, out[g])
         return out
 
-    def _kept(self, column: pa.ChunkedArray, g: int, path: str, gi: int) -> pa.ChunkedArray:
-        """A view's row group: only the documents its mask keeps (a dataset's: all)."""
+    def _kept(self, column: pa.ChunkedArray, g: int, path: str, gi: int) -> np.ndarray:
+        """Row group ``g``'s tokens: a view's only of the documents its mask keeps
+        (:func:`storage.format.view.kept_tokens`), a dataset's all."""
+        ids = tokens.unpack(column, self.index.encoding)
         if self.masks is None:
-            return column
+            return ids
         keep = self.masks.group(g)
         if len(keep) != len(column):  # the mask was made for another row group
             raise IndexFormatError(
                 f"{path}: row group {gi} holds {len(column):,} documents where the view's "
                 f"masks say {len(keep):,} (a crafted or damaged view; run `storage verify`)")
-        if keep.all():
-            return column
-        return column.filter(pa.array(keep))
+        return kept_tokens(ids, tokens.lengths(column, self.index.encoding), keep)
 
     def _footer_files(self, shard: int, size: int, pieces: list[tuple[int, int, str, Any]],
                       fetched: dict[int, Any], placed: dict[int, tuple[Any, int]],

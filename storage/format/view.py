@@ -205,3 +205,16 @@ def kept_counts(masks: Masks, lengths: Sequence[np.ndarray | None]) -> tuple[np.
         else:
             toks[g] = int(np.asarray(lens, dtype=np.int64)[masks.group(g)].sum())
     return rows, toks
+
+
+def kept_tokens(ids: np.ndarray, lengths: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """The tokens of the kept documents of a row group, in order: ``ids`` all its documents'
+    tokens end to end, ``lengths`` each document's count, ``keep`` a bool per document.
+
+    A token-level mask from the document mask (``np.repeat``) and one boolean index: ~0.3 ms
+    for a 256 k-token row group, where Arrow's ``filter`` of the binary column and a second
+    unpack took ~5.8 ms, six times its decode (``benchmarks/views.py``)."""
+    keep = np.asarray(keep, dtype=bool)
+    if keep.all():
+        return ids
+    return ids[np.repeat(keep, np.asarray(lengths, dtype=np.int64))]

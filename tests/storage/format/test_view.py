@@ -19,6 +19,7 @@ from storage.format.view import (
     ViewRef,
     encode_masks,
     kept_counts,
+    kept_tokens,
     source_name,
 )
 
@@ -132,3 +133,18 @@ def test_a_dataset_manifest_has_no_view_key() -> None:
     plain = json.loads(m.to_json())
     del plain["view"]
     assert "view" not in json.loads(Manifest.from_json(json.dumps(plain)).to_json())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 20), st.booleans()), max_size=40))
+def test_kept_tokens_are_the_kept_documents_end_to_end(docs: list[tuple[int, bool]]) -> None:
+    lengths = np.array([n for n, _ in docs], dtype=np.int64)
+    keep = np.array([k for _, k in docs], dtype=bool)
+    ids = np.arange(int(lengths.sum()), dtype=np.uint16)
+    parts, at = [], 0
+    for n, k in docs:
+        if k:
+            parts.append(ids[at:at + n])
+        at += n
+    want = np.concatenate(parts) if parts else np.zeros(0, np.uint16)
+    assert kept_tokens(ids, lengths, keep).tolist() == want.tolist()
