@@ -19,6 +19,7 @@ so the source's ``gc`` never removes what the view names.
 from __future__ import annotations
 
 import dataclasses
+import mmap
 import posixpath
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -45,7 +46,6 @@ from storage.format.layout import masks_name
 from storage.format.manifest import ShardInfo, Totals
 from storage.format.view import Masks, ViewRef, encode_masks, kept_counts
 from storage.io.index_store import fetch_columns
-from storage.io.range_file import RangeFile
 from storage.io.replica_leases import hold_replicas
 from storage.io.view_store import read_masks, sibling, source_store
 
@@ -98,8 +98,30 @@ class _Group:
     lengths: np.ndarray | None
 
 
+#: holes up to this between the byte ranges one shard needs are read through (one request)
+HOLE_BYTES = 64 << 10
+
+
+def _sparse(size: int) -> mmap.mmap:
+    """A shard-sized anonymous mapping, pages made only where fetched ranges are placed."""
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0)
+    return mmap.mmap(-1, max(1, size), flags=flags)
+
+
+def _coalesce(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(spans):
+        if out and lo - out[-1][1] <= HOLE_BYTES:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
 class _ShardReader:
-    """One shard's selection columns (and, where needed, its documents' token counts)."""
+    """One shard's selection columns (and, where needed, its documents' token counts): the
+    byte ranges fetched into a shard-sized sparse buffer, decoded by one Parquet reader under
+    the shard's footer (verified against the index) for all the shard's row groups at once."""
 
     def __init__(self, data: ReplicaSet, shard: ShardInfo, algorithm: str,
                  encoding: str) -> None:
@@ -108,55 +130,79 @@ class _ShardReader:
                           start=shard.bytes - shard.footer_length, end=shard.bytes)
         self.meta = tokens.parse_footer(footer)
         self.present = set(self.meta.schema.names)
+        self.buf = _sparse(shard.bytes)
+        self.file = pq.ParquetFile(pa.BufferReader(pa.py_buffer(self.buf)), metadata=self.meta)
 
-    def columns(self, g: int, names: Sequence[str], rows: int) -> pa.Table:
+    def _fetch(self, spans: list[tuple[int, int]]) -> None:
+        for lo, hi in _coalesce(spans):
+            self.buf[lo:hi] = self.data.get(self.shard.path, start=lo, end=hi)
+
+    def _split(self, table: pa.Table, groups: list[int]) -> list[pa.Table]:
+        out, at = [], 0
+        for g in groups:
+            n = self.meta.row_group(g).num_rows
+            out.append(table.slice(at, n))
+            at += n
+        return out
+
+    def columns(self, groups: list[int], names: Sequence[str]) -> list[pa.Table]:
+        """The ``names`` columns of each of ``groups`` (nulls for a column the shard lacks)."""
         have = [c for c in names if c in self.present]
         if not have:
-            return pa.table({c: pa.nulls(rows) for c in names} or {"_": pa.nulls(rows)})
-        spans = [tokens.chunk_range(self.meta, g, c) for c in have]
-        lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
-        data = self.data.get(self.shard.path, start=lo, end=hi)
-        source = RangeFile(self.shard.bytes, lo, data, f"{self.shard.path} row group {g}")
-        table = pq.ParquetFile(source, metadata=self.meta).read_row_group(
-            g, columns=have, use_threads=False)
+            return [pa.table({"_": pa.nulls(self.meta.row_group(g).num_rows)}) for g in groups]
+        self._fetch([tokens.chunk_range(self.meta, g, c) for g in groups for c in have])
+        table = self.file.read_row_groups(groups, columns=have, use_threads=False)
         for c in names:  # a shard without a column: nulls (never kept by a comparison)
             if c not in table.column_names:
                 table = table.append_column(c, pa.nulls(table.num_rows))
-        return table
+        return self._split(table, groups)
 
-    def lengths(self, g: int) -> np.ndarray:
-        """Token count of each document of row group ``g``: its ``input_ids`` chunk fetched,
-        checked against the index's digest, decoded to count."""
-        info = self.shard.row_groups[g]
-        lo, hi = info.offset, info.offset + info.length
-        data = self.data.get(self.shard.path, start=lo, end=hi)
-        digest = info.blake3 if self.algorithm == PIECE_DIGEST else info.sha256
-        if not piece_matches(piece_key(digest, self.algorithm), data):
-            raise ChecksumMismatchError(f"{self.shard.path}[{lo}:{hi}] does not match its "
-                                        "checksum in the index")
-        source = RangeFile(self.shard.bytes, lo, data, f"{self.shard.path} row group {g}")
-        table = pq.ParquetFile(source, metadata=self.meta).read_row_group(
-            g, columns=[TOKEN_COLUMN], use_threads=False)
-        return tokens.lengths(table.column(TOKEN_COLUMN), self.encoding).astype(np.int64)
+    def lengths(self, groups: list[int]) -> list[np.ndarray]:
+        """Token count of each document of each of ``groups``: their ``input_ids`` chunks
+        fetched, checked against the index's digests, decoded to count."""
+        if not groups:
+            return []
+        pieces = []
+        for g in groups:
+            info = self.shard.row_groups[g]
+            digest = info.blake3 if self.algorithm == PIECE_DIGEST else info.sha256
+            pieces.append((info.offset, info.offset + info.length,
+                           piece_key(digest, self.algorithm)))
+        self._fetch([(lo, hi) for lo, hi, _ in pieces])
+        view = memoryview(self.buf)
+        for lo, hi, key in pieces:
+            if not piece_matches(key, view[lo:hi]):
+                raise ChecksumMismatchError(f"{self.shard.path}[{lo}:{hi}] does not match its "
+                                            "checksum in the index")
+        del view
+        column = self.file.read_row_groups(groups, columns=[TOKEN_COLUMN],
+                                           use_threads=False).column(0)
+        lens = np.concatenate([tokens.lengths(chunk, self.encoding) for chunk in column.chunks]
+                              or [np.zeros(0, np.int64)]).astype(np.int64)
+        bounds = np.cumsum([0] + [self.meta.row_group(g).num_rows for g in groups])
+        return [lens[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 def _select_shard(data: ReplicaSet, shard: ShardInfo, first: int, selection: Selection,
                   base: Masks | None, rows: np.ndarray, algorithm: str, encoding: str
                   ) -> list[_Group]:
     reader = _ShardReader(data, shard, algorithm, encoding)
-    out = []
-    for g in range(len(shard.row_groups)):
-        n = int(rows[first + g])
-        keep = base.group(first + g) if base is not None else np.ones(n, dtype=bool)
-        if keep.any():
-            table = reader.columns(g, selection.columns, n)
-            if table.num_rows != n:
-                raise ChecksumMismatchError(f"{shard.path} row group {g}: {table.num_rows} "
-                                            f"rows, the index says {n}")
-            keep &= selection.keep(table).to_numpy(zero_copy_only=False)
-        k = int(keep.sum())
-        out.append(_Group(keep, reader.lengths(g) if 0 < k < n else None))
-    return out
+    n_groups = len(shard.row_groups)
+    keeps = [base.group(first + g) if base is not None
+             else np.ones(int(rows[first + g]), dtype=bool) for g in range(n_groups)]
+    for g, keep in enumerate(keeps):
+        if reader.meta.row_group(g).num_rows != len(keep):
+            raise ChecksumMismatchError(f"{shard.path} row group {g}: "
+                                        f"{reader.meta.row_group(g).num_rows} rows, the index "
+                                        f"says {len(keep)}")
+    todo = [g for g in range(n_groups) if keeps[g].any()]
+    for g, table in zip(todo, reader.columns(todo, selection.columns), strict=True):
+        keeps[g] &= selection.keep(table).to_numpy(zero_copy_only=False)
+    partial = [g for g in range(n_groups) if 0 < int(keeps[g].sum()) < len(keeps[g])]
+    lengths: list[np.ndarray | None] = [None] * n_groups
+    for g, lens in zip(partial, reader.lengths(partial), strict=True):
+        lengths[g] = lens
+    return [_Group(keeps[g], lengths[g]) for g in range(n_groups)]
 
 
 def select(src: ReplicaSet, where: str, dst: ReplicaSet, *, log: TextIO | None = None,
