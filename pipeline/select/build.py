@@ -223,6 +223,7 @@ def select(src: ReplicaSet, where: str, dst: ReplicaSet, *, log: TextIO | None =
         origin, base, name = data, read_masks(src, m), m.view.source
         version, text = m.view.source_version, f"({m.view.where}) AND ({selection.sql})"
     _check_beside(dst, origin, name)
+    _check_output(dst, name)
     cols = fetch_columns(src, m.index, list({**GROUP_COLUMNS, **SHARD_COLUMNS}),
                          optional=list(OPTIONAL_SHARD_COLUMNS))
     shards = shards_of(src, m)
@@ -281,6 +282,20 @@ def view_replicas(src: ReplicaSet, output: str,
     first = ReplicaSet.from_urls([output], storage_options).replicas[0].loc
     name = posixpath.basename(first.root.rstrip("/"))
     return ReplicaSet([first, *(sibling(r.loc, name) for r in src.replicas[1:])])
+
+
+def _check_output(dst: ReplicaSet, name: str) -> None:
+    """``select`` writes a view's next version, never over a dataset of shards (its gc would
+    then remove them) or a view of another source."""
+    try:
+        existing = dst.read_manifest()
+    except FileNotFoundError:
+        return
+    if existing.view is None or existing.view.source != name:
+        what = "a dataset of its own shards" if existing.view is None else \
+            f"a view of {existing.view.source!r}"
+        raise ValueError(f"--output {dst.url} holds {what}; a select writes only a new version "
+                         f"of a view of {name!r} there: choose another folder")
 
 
 def _check_beside(dst: ReplicaSet, origin: ReplicaSet, name: str) -> None:

@@ -148,6 +148,16 @@ def test_a_view_must_live_beside_its_source(web: Path, tmp_path: Path) -> None:
     assert proc.returncode == 2 and "a view lives beside its source" in proc.stderr
 
 
+def test_select_never_writes_over_a_dataset(web: Path, web_en: Path, tmp_path: Path) -> None:
+    plain = web.parent / "plain"
+    shutil.copytree(web, plain, ignore=shutil.ignore_patterns("_views"))
+    with pytest.raises(ValueError, match="holds a dataset of its own shards"):
+        select(_store(web), "lang = 'de'", _store(plain), progress=False)
+    with pytest.raises(ValueError, match="holds a view of 'web'"):
+        select(_store(plain), "lang = 'de'", _store(web_en), progress=False)
+    assert read_manifest(str(plain)).view is None
+
+
 @pytest.mark.parametrize("source", ["../web", "s3://another-bucket/web", "x/../web", "/etc"])
 def test_hostile_view_manifests_are_refused_by_every_reader(web: Path, web_en: Path,
                                                             tmp_path: Path, source: str) -> None:
