@@ -33,7 +33,9 @@ from pipeline.planning.plan import PACK_MAX_FILES
 from pipeline.readers import DEFAULT_MAX_RECORD_BYTES, ReadOptions
 from pipeline.steps.checks import resolved
 from pipeline.steps.cleaning import CleaningFlags
+from pipeline.steps.decontaminate import DecontaminateFlags
 from pipeline.steps.recipe import Recipe, RecipeFlags, parse_recipe_json
+from pipeline.steps.registry import pinned
 from pipeline.steps.rules import RuleSetFlags
 from pipeline.steps.shorthand import parse_rule_sets, shorthand_recipe
 from pipeline.steps.web import LanguageFlags, PiiFlags, UrlBlocklistFlags
@@ -160,14 +162,14 @@ class OutputFlags:
 #: the parts, in the order their flags are listed (a dataclass lists its bases' fields from
 #: the last base to the first: :class:`PipelineConfig` names them in reverse)
 _PARTS = (InputFlags, RecordLimitFlags, CleaningFlags, LanguageFlags, RuleSetFlags,
-          UrlBlocklistFlags, PiiFlags, RecipeFlags, DedupFlags, TokenizerFlags, ShardFlags,
-          ExecutionFlags, OutputFlags, CarbonFlags)
+          UrlBlocklistFlags, PiiFlags, DecontaminateFlags, RecipeFlags, DedupFlags,
+          TokenizerFlags, ShardFlags, ExecutionFlags, OutputFlags, CarbonFlags)
 
 
 @dataclass
 class PipelineConfig(CarbonFlags, OutputFlags, ExecutionFlags, ShardFlags, TokenizerFlags,
-                     DedupFlags, RecipeFlags, PiiFlags, UrlBlocklistFlags, RuleSetFlags,
-                     LanguageFlags, CleaningFlags, RecordLimitFlags, InputFlags):
+                     DedupFlags, RecipeFlags, DecontaminateFlags, PiiFlags, UrlBlocklistFlags,
+                     RuleSetFlags, LanguageFlags, CleaningFlags, RecordLimitFlags, InputFlags):
     """Every part's flags as one configuration; each part checks its own, then the recipe
     (which reads several parts) is checked."""
 
@@ -220,15 +222,17 @@ class PipelineConfig(CarbonFlags, OutputFlags, ExecutionFlags, ShardFlags, Token
             if given:
                 raise ValueError(f"{', '.join(given)}: with a recipe (steps), give every "
                                  "step's options in the recipe, not as flags")
-            return Recipe(parse_recipe_json(self.steps), metadata=self.web_inputs)
+            return Recipe(pinned(parse_recipe_json(self.steps)), metadata=self.web_inputs)
         web = self.web_config
-        return shorthand_recipe(
+        recipe = shorthand_recipe(
             self.cleaning, web=web is not None, filters=parse_filters(self.filters),
             annotate=parse_rule_sets(self.annotate, "--annotate"),
             filter_options=parse_filter_options(self.filter_options), languages=languages,
             min_lang_score=self.min_lang_score, identify=web is not None and web.identify,
             url_blocklist=self.url_blocklist, pii=self.pii == "mask",
-            metadata=web is not None and web.metadata)
+            metadata=web is not None and web.metadata,
+            decontaminate=self.decontaminate_options(), decontaminate_mode=self.decontaminate_mode)
+        return Recipe(pinned(recipe.steps), recipe.metadata)
 
     @property
     def web_config(self) -> WebConfig | None:
@@ -251,7 +255,8 @@ class PipelineConfig(CarbonFlags, OutputFlags, ExecutionFlags, ShardFlags, Token
 _STEP_FLAGS = {"fix_mojibake": True, "min_chars": 1, "max_chars": 0, "min_alpha_frac": 0.0,
                "max_repeated_line_frac": 1.0, "languages": None, "min_lang_score": 0.65,
                "filters": "", "filter_options": None, "url_blocklist": None, "pii": "none",
-               "annotate": ""}
+               "annotate": "", "decontaminate": None, "decontaminate_n": 13,
+               "decontaminate_min_overlap": 0.0, "decontaminate_mode": "filter"}
 
 #: record limits and their defaults (recorded in the manifest only when changed)
 _RECORD_LIMITS = {"record_cpu_s": RECORD_CPU_S, "record_wall_s": RECORD_WALL_S}

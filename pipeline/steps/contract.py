@@ -9,6 +9,12 @@ one :class:`Doc` and returning:
 - ``None`` (dropped, counted as ``<name>``), or
 - ``(None, "reason")`` (dropped, counted as ``<name>.<reason>``).
 
+A built-in step may also have ``report()``: what it found worth naming beyond counts, as
+``{key: {"documents": int, "examples": [JSON objects]}}`` (``decontaminate``: per eval set, the
+documents hit and the first of them with their matched n-grams); phase 1 sends it to the driver
+with the partition's counts, which merges the partitions' in partition order
+(:func:`merge_reports`).
+
 Optional: a ``signals`` class attribute (``{"key": int | float | str | bool}``) declares the
 signals a step may write (needed only for a key that the first documents of a shard may not
 have: the shard's columns are fixed at its first batch), and ``close()``, called once the
@@ -25,6 +31,8 @@ from typing import Any
 
 #: the Python types a signal may have, and the Parquet (Arrow) type of its column
 SIGNAL_TYPES: dict[type, str] = {bool: "bool", int: "int64", float: "double", str: "string"}
+#: examples a step's report keeps per key (the first ones, in partition and document order)
+REPORT_EXAMPLES = 100
 #: the keys of ``Doc.meta``
 META_KEYS = ("url", "date", "source", "kind", "lang", "lang_score")
 
@@ -86,3 +94,16 @@ class Poisoned(Exception):
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+
+
+def merge_reports(into: dict[str, Any], more: dict[str, Any],
+                  limit: int = REPORT_EXAMPLES) -> dict[str, Any]:
+    """``more`` (one step's report of a later partition) folded into ``into``: documents
+    summed per key, examples appended up to ``limit`` (``into``'s first). Returns ``into``."""
+    for key, part in more.items():
+        mine = into.setdefault(key, {"documents": 0, "examples": []})
+        mine["documents"] += int(part.get("documents", 0))
+        room = limit - len(mine["examples"])
+        if room > 0:
+            mine["examples"].extend(list(part.get("examples", []))[:room])
+    return into

@@ -12,6 +12,7 @@ from typing import Any
 
 from pipeline.steps.contract import StepError
 from pipeline.steps.recipe import StepSpec
+from pipeline.steps.recipe import spec as make_spec
 
 #: built-in steps: name -> "module:Class"
 BUILTINS: dict[str, str] = {
@@ -27,6 +28,7 @@ BUILTINS: dict[str, str] = {
     "pii": "pipeline.steps.web:PiiMask",
     "fasttext": "pipeline.steps.fasttext_scorer:FastTextScorer",
     "kenlm": "pipeline.steps.kenlm_scorer:KenLMPerplexity",
+    "decontaminate": "pipeline.steps.decontaminate:Decontaminate",
 }
 
 
@@ -113,3 +115,26 @@ def build(spec: StepSpec, storage_options: dict[str, Any] | None = None) -> Any:
     if is_builtin(spec.use):
         step.name = spec.name
     return step
+
+
+def pinned(steps: tuple[StepSpec, ...]) -> tuple[StepSpec, ...]:
+    """The steps with what their options name pinned by the driver: a built-in step with a
+    ``pin_options(options)`` class method (``decontaminate``: its eval files' content hash)
+    gets the options it returns, so the manifest's recipe and the partition keys change with
+    the files, and every worker checks it reads the same. A bad file is a ``ValueError``
+    naming the step (the run stops before anything is written)."""
+    out = []
+    for spec in steps:
+        pin = getattr(step_class(spec.use), "pin_options", None) if is_builtin(spec.use) \
+            else None
+        if pin is not None:
+            try:
+                options = pin(spec.kwargs())
+            except TypeError as exc:
+                raise ValueError(f"step {spec.name!r} ({spec.use}): bad options: {exc}") \
+                    from None
+            except ValueError as exc:
+                raise ValueError(f"step {spec.name!r} ({spec.use}): {exc}"[:500]) from None
+            spec = make_spec(spec.use, spec.name, spec.mode, **options)
+        out.append(spec)
+    return tuple(out)

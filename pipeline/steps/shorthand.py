@@ -1,7 +1,8 @@
 """Today's flags as a recipe: ``--filters``, ``--annotate``, ``--languages``,
 ``--url-blocklist``, ``--pii`` and the cleaning flags build the default recipe, in FineWeb's
 order: block-list, extraction (web inputs), cleaner, language ID, the rule sets (annotated
-ones first, then the filters), PII masking. With no web flag and no web input the recipe is
+ones first, then the filters), then ``--decontaminate`` (on the text the others leave, before
+PII masking rewrites it), PII masking. With no web flag and no web input the recipe is
 the cleaner alone, and its shards are byte-identical to those of the fixed pipeline before
 recipes."""
 
@@ -26,7 +27,9 @@ def shorthand_recipe(cleaning: CleaningConfig, *, web: bool, filters: tuple[str,
                      filter_options: tuple[tuple[str, Any], ...] = (),
                      languages: tuple[str, ...] = (), min_lang_score: float = 0.65,
                      identify: bool = False, url_blocklist: str | None = None,
-                     pii: bool = False, metadata: bool = False) -> Recipe:
+                     pii: bool = False, metadata: bool = False,
+                     decontaminate: dict[str, Any] | None = None,
+                     decontaminate_mode: str = "filter") -> Recipe:
     """The recipe the flags describe (see the module's docstring)."""
     both = sorted(set(filters) & set(annotate))
     if both:
@@ -45,6 +48,8 @@ def shorthand_recipe(cleaning: CleaningConfig, *, web: bool, filters: tuple[str,
             prefix = name + "."
             options = {k[len(prefix):]: v for k, v in filter_options if k.startswith(prefix)}
             steps.append(spec(name, name, mode, **_jsonable(options)))
+    if decontaminate is not None:
+        steps.append(spec("decontaminate", mode=decontaminate_mode, **decontaminate))
     if pii:
         steps.append(spec("pii"))
     return Recipe(tuple(steps), metadata=metadata)

@@ -1,12 +1,14 @@
 """The loader on a view (``python -m pipeline select``): its samples are windows of the kept
 documents' tokens only, and it keeps every guarantee a dataset has: the same global batches
 on any world size and worker count, equal batches per rank, exact resume on another world
-size."""
+size, failover between replicas (each view replica reading the source beside it), and the
+same epoch from S3 through either read client."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from loaders import build_dataloader
-from pipeline.select.build import select
+from pipeline.select.build import select, view_replicas
 from storage import ReplicaSet, read_manifest, shards_of, tokens
+from storage.io.clients import CLIENT_ENV
 from tests.pipeline.select import web_views
 
 SEQ = 16
@@ -95,3 +98,48 @@ def test_resume_on_another_world_size_continues_the_same_global_batches(view: st
     head, state = _global(view, 2, limit=5)
     tail, _ = _global(view, 4, state=json.loads(json.dumps(state)))
     assert head + tail == ref
+
+
+def _epoch(url: str, **kw) -> list[list[int]]:  # type: ignore[no-untyped-def]
+    return [b["input_ids"].tolist() for b in build_dataloader(url, 4, SEQ, rank=0,
+                                                              world_size=1, seed=3, **kw)]
+
+
+def test_a_replicated_view_fails_over_to_the_source_beside_its_other_replica(
+        view: str, tmp_path: Path) -> None:
+    root = Path(view).parent
+    for name in ("a", "b"):
+        shutil.copytree(root / "web", tmp_path / name / "web")
+    src = ReplicaSet.from_urls([str(tmp_path / "a" / "web"), str(tmp_path / "b" / "web")])
+    select(src, "lang = 'en'", view_replicas(src, str(tmp_path / "a" / "web-en")),
+           progress=False)
+    assert (tmp_path / "b" / "web-en" / "manifest.json").is_file()  # beside the other one
+    m = read_manifest(str(tmp_path / "a" / "web-en"))
+    shard = shards_of(str(tmp_path / "a" / "web-en"), m)[0].path
+    (tmp_path / "a" / "web" / shard).unlink()  # replica a's source lost a shard
+    loader = build_dataloader(str(tmp_path / "a" / "web-en"), 4, SEQ, rank=0, world_size=1,
+                              seed=3, replicas=[str(tmp_path / "b" / "web-en")])
+    got = [b["input_ids"].tolist() for b in loader]
+    assert got == _epoch(view)
+    assert loader.source.metrics()["failovers"] > 0
+
+
+def test_a_view_on_s3_reads_the_same_epoch_through_either_client(
+        view: str, s3_bucket, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    root = Path(view).parent
+    opts = s3_bucket.storage_options
+    for name in ("web", "web-en"):
+        store = ReplicaSet.from_urls([f"{s3_bucket.url}/data/{name}"], opts)
+        for p in sorted((root / name).rglob("*")):
+            if p.is_file():
+                store.put(p.relative_to(root / name).as_posix(), p.read_bytes())
+    want = _epoch(view)
+    for client in ("obstore", "s3fs"):
+        monkeypatch.setenv(CLIENT_ENV, client)
+        assert _epoch(f"{s3_bucket.url}/data/web-en", storage_options=opts) == want, client
+    # select itself on S3: the same view, its pin in the source there
+    select(ReplicaSet.from_urls([f"{s3_bucket.url}/data/web"], opts), "lang = 'en'",
+           ReplicaSet.from_urls([f"{s3_bucket.url}/data/en2"], opts), progress=False)
+    assert _epoch(f"{s3_bucket.url}/data/en2", storage_options=opts) == want
+    pins = ReplicaSet.from_urls([f"{s3_bucket.url}/data/web"], opts).primary
+    assert pins.fs.ls(pins.path("_views/en2"))

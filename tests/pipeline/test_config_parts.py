@@ -16,6 +16,7 @@ from pipeline.steps.web import PiiFlags
 #: where each part is declared: next to the code it configures
 HOMES = {"CleaningFlags": "pipeline.steps.cleaning", "LanguageFlags": "pipeline.steps.web",
          "UrlBlocklistFlags": "pipeline.steps.web", "PiiFlags": "pipeline.steps.web",
+         "DecontaminateFlags": "pipeline.steps.decontaminate",
          "RuleSetFlags": "pipeline.steps.rules", "RecipeFlags": "pipeline.steps.recipe",
          "DedupFlags": "pipeline.dedup.flags", "TokenizerFlags": "pipeline.tasks.tokenizing",
          "ShardFlags": "pipeline.output.shards", "CarbonFlags": "pipeline.driver.carbon",

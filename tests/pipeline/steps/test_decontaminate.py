@@ -1,0 +1,184 @@
+"""The ``decontaminate`` step: eval sets from JSONL, Parquet and text files, planted passages
+found (whole and partial, with changed case and punctuation), unrelated text never flagged,
+annotate mode's signals, bad eval files as one error naming the file, the flags as the
+default recipe with the files' content pinned, and a real run's drops, signals and
+``contamination.json``."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import random
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.config import PipelineConfig
+from pipeline.planning.discovery import default_corpus
+from pipeline.steps.contract import Doc
+from pipeline.steps.decontaminate import Decontaminate, load_index
+
+#: eval examples: sentences no play of Shakespeare's holds
+EVAL = [
+    "The mitochondria is the membrane bound organelle that generates most of the chemical "
+    "energy needed to power the biochemical reactions of the cell.",
+    "A binary search tree keeps its keys in sorted order so that lookup insertion and "
+    "deletion take time proportional to the logarithm of the number of items stored.",
+    "Photosynthesis converts light energy into chemical energy stored in glucose using carbon "
+    "dioxide and water while releasing oxygen into the atmosphere as a by product.",
+    "The French Revolution began in 1789 with the storming of the Bastille and ended the "
+    "absolute monarchy that had ruled France for centuries before it.",
+]
+QUESTIONS = ["What is the capital city of Australia and why was it chosen over Sydney and "
+             "Melbourne when the federation was formed in the year 1901?"]
+
+
+def _write_sets(root: Path) -> list[str]:
+    (root / "science.jsonl").write_text(
+        "".join(json.dumps({"text": t, "id": i}) + "\n" for i, t in enumerate(EVAL[:2])))
+    pq.write_table(pa.table({"text": EVAL[2:]}), root / "history.parquet")
+    (root / "quiz.txt").write_text("\n".join(QUESTIONS) + "\n\n")
+    return [str(root / "science.jsonl"), str(root / "history.parquet"), str(root / "quiz.txt")]
+
+
+def _mangle(text: str, rnd: random.Random) -> str:
+    """Other case, punctuation and spacing: the same words to the step."""
+    out = []
+    for w in text.split():
+        w = w.strip(".,?")
+        w = w.upper() if rnd.random() < 0.3 else w.capitalize() if rnd.random() < 0.3 else w
+        out.append(w + rnd.choice([" ", ", ", "; ", " -- ", "!\n", "  ", "... "]))
+    return "".join(out)
+
+
+def _shakespeare(k: int | None = None) -> list[str]:
+    """Paragraphs of 20 words or more of the demo corpus's plays (``k``: of the first few)."""
+    paths = sorted(glob.glob(default_corpus()[0]))
+    text = "\n".join(Path(p).read_text(encoding="utf-8", errors="replace")
+                     for p in (paths[:4] if k else paths))
+    paras = [p for p in re.split(r"\n\s*\n", text) if len(p.split()) >= 20]
+    return paras[:k] if k else paras
+
+
+def test_planted_passages_are_found_and_unrelated_text_never(tmp_path: Path) -> None:
+    step = Decontaminate(_write_sets(tmp_path))
+    rnd = random.Random(7)
+    corpus = _shakespeare(400)
+    assert len(corpus) == 400
+    planted: dict[int, str] = {}
+    for i, text in enumerate(EVAL + QUESTIONS):
+        for j, how in enumerate(("whole", "partial")):
+            words = text.split()
+            piece = " ".join(words if how == "whole" else words[3:3 + 14])
+            at = 35 * (2 * i + j) + 3
+            corpus[at] = corpus[at] + " " + _mangle(piece, rnd) + " " + corpus[at + 1]
+            planted[at] = ["science", "science", "history", "history", "quiz"][i]
+    results = [step(Doc(f"doc:{k}", t)) for k, t in enumerate(corpus)]
+    dropped = {k: r[1] for k, r in enumerate(results) if isinstance(r, tuple)}
+    assert dropped == planted  # recall 1.0, each to its set, and no false positive
+    report = step.report()
+    assert {k: v["documents"] for k, v in report.items()} == {"history": 4, "quiz": 2,
+                                                              "science": 4}
+    first = report["science"]["examples"][0]
+    assert first["id"] == "doc:3" and first["source"] == "doc:3"
+    assert "the mitochondria is the membrane bound organelle that generates most of the" in \
+        first["ngrams"][0]
+
+
+def test_annotate_mode_keeps_every_document_and_writes_signals(tmp_path: Path) -> None:
+    step = Decontaminate(_write_sets(tmp_path), min_overlap=0.5, mode="annotate")
+    half = " ".join(EVAL[0].split()[:14])  # 2 of its 11 n-grams
+    docs = [Doc("a", "Nothing to see."), Doc("b", EVAL[0].upper()), Doc("c", half)]
+    assert [step(d) for d in docs] == docs
+    assert [d.signals for d in docs] == [
+        {"hits": 0, "overlap": 0.0, "set": ""},
+        {"hits": 11, "overlap": 1.0, "set": "science"},
+        {"hits": 2, "overlap": pytest.approx(2 / 11), "set": ""}]
+    assert step.report()["science"]["documents"] == 1
+
+
+def test_eval_files_as_sets_named_by_stem(tmp_path: Path) -> None:
+    loaded = load_index(_write_sets(tmp_path), 13)
+    assert loaded.index.set_names == ["history", "quiz", "science"]
+    assert [loaded.index.examples_of(s) for s in loaded.index.set_names] == [2, 1, 2]
+    again = load_index([str(tmp_path / "*.*")], 13)
+    assert again.sha256 == loaded.sha256  # the same files through a glob
+    (tmp_path / "quiz.txt").write_text(QUESTIONS[0] + " changed\n")
+    assert load_index([str(tmp_path / "*.*")], 13).sha256 != loaded.sha256
+
+
+@pytest.mark.parametrize(("name", "content", "message"), [
+    ("missing.jsonl", None, r"missing\.jsonl: cannot read \(No such file"),
+    ("fifo.jsonl", "FIFO", r"fifo\.jsonl: is a FIFO \(named pipe\), not a regular file"),
+    ("empty.jsonl", "", r"empty\.jsonl: is empty"),
+    ("bad.jsonl", '{"text": "fine"}\n{"text": broken\n', r"bad\.jsonl, line 2: not JSON"),
+    ("nofield.jsonl", '{"body": "x"}\n', r"nofield\.jsonl, line 1: no 'text' string field"),
+    ("bad.parquet", "not parquet", r"bad\.parquet: not a Parquet file with a 'text' column"),
+])
+def test_a_bad_eval_file_is_one_error_naming_it(tmp_path: Path, name: str, content: str | None,
+                                                message: str) -> None:
+    path = tmp_path / name
+    if content == "FIFO":
+        os.mkfifo(path)
+    elif content is not None:
+        path.write_text(content)
+    with pytest.raises(ValueError, match=r"step 'decontaminate' \(decontaminate\): "
+                       r"decontaminate eval .*" + message):
+        PipelineConfig(decontaminate=str(path))
+
+
+def test_bad_options_and_globs(tmp_path: Path) -> None:
+    files = _write_sets(tmp_path)
+    with pytest.raises(ValueError, match="no file matches"):
+        PipelineConfig(decontaminate=str(tmp_path / "nothing*.jsonl"))
+    with pytest.raises(ValueError, match="min_overlap must be a fraction"):
+        PipelineConfig(decontaminate=files[0], decontaminate_min_overlap=1.5)
+    with pytest.raises(ValueError, match="mode must be 'filter' or 'annotate'"):
+        PipelineConfig(decontaminate=files[0], decontaminate_mode="drop")
+    (tmp_path / "more").mkdir()
+    (tmp_path / "more" / "science.txt").write_text(EVAL[0] + "\n")
+    with pytest.raises(ValueError, match="a second set named 'science'"):
+        PipelineConfig(decontaminate=f"{files[0]},{tmp_path / 'more' / 'science.txt'}")
+    with pytest.raises(ValueError, match="--decontaminate.*give every step's options in the"):
+        PipelineConfig(decontaminate=files[0], steps='[{"use": "clean"}]')
+
+
+def test_the_flags_are_the_default_recipe_with_the_content_pinned(tmp_path: Path) -> None:
+    files = _write_sets(tmp_path)
+    cfg = PipelineConfig(decontaminate=",".join(files), decontaminate_mode="annotate",
+                         filters="c4")
+    entries = cfg.for_manifest()["steps"]
+    assert [e["use"] for e in entries] == ["extract", "clean", "c4", "decontaminate"]
+    entry = entries[-1]
+    assert entry["mode"] == "annotate" and entry["n"] == 13 and entry["eval"] == files
+    assert entry["eval_sha256"] == load_index(files, 13).sha256 and entry["version"] == "1"
+    recipe = json.dumps([{"use": "decontaminate", "eval": files, "min_overlap": 0.2}])
+    from_recipe = PipelineConfig(steps=recipe).for_manifest()["steps"][0]
+    assert from_recipe["eval_sha256"] == entry["eval_sha256"]
+    stale = json.dumps([{"use": "decontaminate", "eval": files, "eval_sha256": "0" * 64}])
+    with pytest.raises(ValueError, match="eval_sha256 0000000000000000... is not the eval"):
+        PipelineConfig(steps=stale)
+    assert "decontaminate" not in json.dumps(PipelineConfig().for_manifest())
+
+
+def test_the_step_is_listed_by_pipeline_steps() -> None:
+    from pipeline.steps.catalog import describe, render
+
+    entry = next(e for e in describe() if e["name"] == "decontaminate")
+    assert entry["modes"] == ["filter", "annotate"] and entry["options"]["eval"] == "required"
+    assert entry["options"]["n"] == "13"
+    assert entry["signals"] == {"hits": "int64", "overlap": "double", "set": "string"}
+    assert "decontaminate.hits (int64)" in render(describe())
+
+
+def test_no_false_positive_on_the_whole_demo_corpus(tmp_path: Path) -> None:
+    """Every paragraph of every play against eval sets of unrelated text: not one shared
+    n-gram."""
+    corpus = _shakespeare()
+    assert len(corpus) > 5000
+    step = Decontaminate(_write_sets(tmp_path), mode="annotate")
+    assert sum(step(Doc(str(i), t)).signals["hits"] for i, t in enumerate(corpus)) == 0
