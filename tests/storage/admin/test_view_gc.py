@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,8 @@ from storage.admin.gc import GcError, collect
 from storage.admin.scrub import verify
 from storage.admin.view_pins import Pin, decide
 from tests.pipeline.select import web_views
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _store(path: Path) -> ReplicaSet:
@@ -55,8 +59,11 @@ def test_gc_of_the_source_after_a_rebuild_leaves_every_object_a_view_names(
     root = tmp_path / "r"
     shutil.copytree(rebuilt, root)
     assert _only_version_1(root)  # the test means something: version 2 dropped a shard
-    report = collect(_store(root / "web"), keep=1, min_age_s=0)
-    assert report.kept_versions == [1, 2]
+    proc = subprocess.run([sys.executable, "-m", "storage", "gc", str(root / "web"), "--keep",
+                           "1", "--min-age", "0"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "kept versions: 1, 2 (--keep 1;" in proc.stdout
     assert all((root / "web" / p).is_file() for p in _view_objects(root / "web-en"))
     assert verify(_store(root / "web-en")).ok
     n = sum(1 for _ in build_dataloader(str(root / "web-en"), 2, 16, rank=0, world_size=1))
@@ -113,3 +120,19 @@ def test_decide_keeps_what_a_view_uses_or_may_use() -> None:
     assert kept == {a, b} and stale == ["_views/x/b.json"]
     kept, stale = decide(pins, {"x": set(), "y": set(), "z": set()}, young=set())
     assert kept == set() and len(stale) == 4
+
+
+def test_repair_restores_a_view_replica_s_own_objects(rebuilt: Path, tmp_path: Path) -> None:
+    from pipeline.select.build import view_replicas
+    from storage.admin.scrub import repair
+
+    for name in ("a", "b"):
+        shutil.copytree(rebuilt / "web", tmp_path / name / "web")
+    src = ReplicaSet.from_urls([str(tmp_path / "a" / "web"), str(tmp_path / "b" / "web")])
+    view = view_replicas(src, str(tmp_path / "a" / "web-en"))
+    select(src, "lang = 'de'", view, progress=False)
+    masks = next((tmp_path / "b" / "web-en" / "masks").iterdir())
+    masks.unlink()
+    assert [p.kind for p in verify(view).problems] == ["missing"]
+    assert repair(view).repaired and masks.is_file()
+    assert verify(view).ok
