@@ -50,6 +50,7 @@ from pipeline.driver.cluster import dask_client
 from pipeline.driver.progress import ProgressBar
 from pipeline.driver.window import TaskWindow
 from pipeline.driver.worker_checks import check_not_all_unreadable, probe_inputs, watch
+from pipeline.output.contamination import build_report, with_report
 from pipeline.output.shard_table import ShardTable
 from pipeline.output.shards import schema_description
 from pipeline.planning.discovery import default_corpus, discover_table
@@ -579,6 +580,8 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: ReplicaLeases, log: Text
     check_not_all_unreadable([ones.total()], store)  # never commit a dataset of unreadable inputs
 
     listed = build_manifest(cfg, tok, ones, twos)
+    # decontamination's report, put before the swap; its sha256 in stats.contamination
+    listed = with_report(store, listed, build_report(cfg.recipe, ones.reports.merged()))
     energy = meter.record(listed.stats["tokens"])
     if cfg.record_energy:
         listed = carbon.with_energy(listed, energy)

@@ -263,6 +263,18 @@ class StepChain:
                 out.update(own)
         return out
 
+    def reports(self) -> dict[str, dict[str, Any]]:
+        """The built-in steps' reports (``report()``, see :mod:`pipeline.steps.contract`) by
+        step name, empty ones left out."""
+        out: dict[str, dict[str, Any]] = {}
+        for link in self.links:
+            report = getattr(link.step, "report", None) if link.builtin else None
+            if callable(report):
+                found = report()
+                if found:
+                    out[link.name] = found
+        return out
+
     def columns(self) -> Columns:
         """A column gatherer for this chain's shard."""
         return Columns(self.recipe.metadata, self.declared)

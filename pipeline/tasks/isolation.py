@@ -38,6 +38,7 @@ GIL, and then the worker TTL does).
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import pickle
 import select
@@ -51,6 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.steps.columns import Columns
+from pipeline.steps.contract import merge_reports
 from pipeline.tasks.record_steps import Poisoned, RecordLimits, RecordSteps
 
 if TYPE_CHECKING:
@@ -274,6 +276,9 @@ class IsolatedSteps:
         self.dropped: Counter[str] = Counter()
         self.changed: Counter[str] = Counter()
         self.poisoned = 0
+        #: the steps' reports of children that ended, merged; and the live child's last
+        self._reports: dict[str, dict[str, Any]] = {}
+        self._child_reports: dict[str, dict[str, Any]] = {}
         self._child: _Child | None = None
         self._last: tuple[tuple[Any, ...], dict[str, Any]] | None = None
         #: the shard's columns, gathered here (the child's declared signals: its first answer)
@@ -294,6 +299,7 @@ class IsolatedSteps:
             return self._check(self._child.ask(message, wall_s, self.memory))
         except _Ended as ended:
             self._child = None
+            self._retire_reports()
             self.poisoned += 1
             raise Poisoned(ended.reason, ended.detail) from None
 
@@ -312,9 +318,11 @@ class IsolatedSteps:
         reply = self._ask(("doc", doc), self.limits.wall_s)
         if reply[0] == "poisoned":
             raise Poisoned(reply[1], reply[2])
-        _, text, columns, dropped, changed = reply
+        _, text, columns, dropped, changed, reports = reply
         self.dropped.update(dropped)
         self.changed.update(changed)
+        if reports is not None:
+            self._child_reports = reports
         self._last = columns
         return text
 
@@ -333,7 +341,22 @@ class IsolatedSteps:
             return None
         return self.columns.take()
 
+    def _retire_reports(self) -> None:
+        """The ended child's reports join those of the children before it (in record
+        order: a child runs the records after its predecessor's)."""
+        for name, report in self._child_reports.items():
+            merge_reports(self._reports.setdefault(name, {}), report)
+        self._child_reports = {}
+
+    def reports(self) -> dict[str, dict[str, Any]]:
+        """The steps' reports over every child so far."""
+        out = copy.deepcopy(self._reports)
+        for name, report in self._child_reports.items():
+            merge_reports(out.setdefault(name, {}), copy.deepcopy(report))
+        return out
+
     def close(self) -> None:
         if self._child is not None:
             self._child.close()
             self._child = None
+        self._retire_reports()

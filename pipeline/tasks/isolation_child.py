@@ -3,7 +3,8 @@ the worker that started it, under the CPU guard, and answers over a pipe.
 
 ``python -m pipeline.tasks.isolation_child READ_FD WRITE_FD``. The first message is the steps'
 configuration; then each ``("doc", Document)`` is answered with
-``("ok", text, metadata columns, dropped, changed)`` (the counts this record added),
+``("ok", text, metadata columns, dropped, changed, reports)`` (the counts this record added;
+the steps' reports so far when this record changed them, else ``None``),
 ``("poisoned", reason, detail)`` for a page the complexity check refuses, or
 ``("error", message)`` for an exception in the steps. Past the CPU limit the kernel ends the
 process (``SIGPROF``); the worker sees the pipe close and names the record. It exits when
@@ -23,7 +24,9 @@ from pipeline.tasks.isolation import receive, send
 from pipeline.tasks.record_steps import Poisoned, RecordSteps
 
 
-def _answer(steps: RecordSteps, doc: Any) -> tuple[Any, ...]:
+def _answer(steps: RecordSteps, doc: Any, sent: list[Any]) -> tuple[Any, ...]:
+    """One record's reply; ``sent`` holds the reports last sent (a report travels only when
+    a record changed it: most records change none)."""
     before_dropped, before_changed = Counter(steps.dropped), Counter(steps.changed)
     try:
         text = steps(doc)
@@ -34,7 +37,11 @@ def _answer(steps: RecordSteps, doc: Any) -> tuple[Any, ...]:
     columns = steps.last if text is not None else None
     dropped: Counter[str] = steps.dropped - before_dropped
     changed: Counter[str] = steps.changed - before_changed
-    return ("ok", text, columns, dict(dropped), dict(changed))
+    reports = steps.reports()
+    fresh = None
+    if reports != sent[0]:
+        fresh = sent[0] = reports
+    return ("ok", text, columns, dict(dropped), dict(changed), fresh)
 
 
 def _error(exc: Exception) -> tuple[str, str, str]:
@@ -50,6 +57,7 @@ def main(argv: list[str]) -> int:
     assert kind == "init", kind
     steps: RecordSteps | None = None
     failed: tuple[str, str, str] | None = None
+    sent: list[Any] = [{}]
     try:  # a failure here (an unreadable block-list) is the answer to every message
         steps = RecordSteps(init["recipe"], init["storage_options"],
                             cpu_s=init["cpu_s"])
@@ -67,7 +75,7 @@ def main(argv: list[str]) -> int:
             reply = ("ready", steps.chain.declared)
         else:
             try:
-                reply = _answer(steps, message[1])
+                reply = _answer(steps, message[1], sent)
             except Exception as exc:
                 reply = _error(exc)
         send(replies, reply)

@@ -177,6 +177,10 @@ class RecordSteps:
     def changed(self) -> Counter[str]:
         return self.chain.changed
 
+    def reports(self) -> dict[str, dict[str, Any]]:
+        """The steps' reports so far (:meth:`StepChain.reports`)."""
+        return self.chain.reports()
+
     def close(self) -> None:
         self.idle()
         self.chain.close()

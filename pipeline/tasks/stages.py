@@ -282,7 +282,8 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
         tokens=n_tokens, dropped=dict(steps.dropped), changed=dict(steps.changed),
         quarantined=dict(Counter(r["reason"] for r in rejected)), quarantine=quarantine,
         shard=shard, keys_sha256=keys_sha256, sketches_sha256=sketches_sha256,
-        durable=not scratch.primary.is_local, signals=steps.signal_types() if rows else {})
+        durable=not scratch.primary.is_local, signals=steps.signal_types() if rows else {},
+        reports=steps.reports())
     work.put_json(scratch, work.done1_path(key), work.marker(result))
     return result
 

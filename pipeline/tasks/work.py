@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.output.shard_table import ShardTable
+from pipeline.steps.contract import REPORT_EXAMPLES
 from storage import WORK_DIR, ObjectInfo, ReplicaSet, ShardInfo, digest_bytes
 from storage.io.listing import list_tree
 from storage.io.retry import PERMANENT, classify
@@ -63,6 +64,9 @@ class PhaseOne:
     error: str | None = None
     #: the steps' signal columns in its shard: name -> Parquet type (``{}``: none)
     signals: dict[str, str] = field(default_factory=dict)
+    #: the steps' reports (step name -> report: :mod:`pipeline.steps.contract`; ``{}``: none,
+    #: and then absent from its marker)
+    reports: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PhaseOne:
@@ -109,6 +113,8 @@ class PhaseOneResults:
         self.quarantine: dict[int, ObjectInfo] = {}
         #: every shard's signal columns and their types
         self.signals: dict[str, str] = {}
+        #: the steps' reports, bounded as they arrive (:class:`StepReports`)
+        self.reports = StepReports()
 
     def add(self, one: PhaseOne) -> None:
         if one.rows >= 2**32 and self.rows.dtype != np.int64:
@@ -124,6 +130,8 @@ class PhaseOneResults:
         if one.quarantine:
             self.quarantine[one.index] = one.quarantine
         merge_signals(self.signals, one.signals, one.index)
+        if one.reports:
+            self.reports.add(one.index, one.reports)
 
     def quarantines(self) -> tuple[ObjectInfo, ...]:
         """The quarantine objects in partition order."""
@@ -149,6 +157,45 @@ def merge_signals(into: dict[str, str], more: dict[str, str], index: int) -> Non
                 continue
             raise ValueError(f"signal {name!r} (step {name.partition('.')[0]!r}) is {kind} "
                              f"in partition {index}'s shard and {known} in another's")
+
+
+class StepReports:
+    """The partitions' step reports merged in partition order, whatever order they arrive
+    in, holding at most :data:`REPORT_EXAMPLES` examples per step and key: the documents are
+    summed at once, and a partition's examples are kept only while they are among the first
+    ones by partition index (the report of a run is the same on every rerun)."""
+
+    def __init__(self) -> None:
+        #: (step, key) -> documents
+        self.documents: Counter[tuple[str, str]] = Counter()
+        #: (step, key) -> [(partition index, its examples)], sorted, trimmed
+        self.parts: dict[tuple[str, str], list[tuple[int, list[Any]]]] = {}
+
+    def add(self, index: int, reports: dict[str, Any]) -> None:
+        for step, report in reports.items():
+            for key, part in report.items():
+                self.documents[(step, key)] += int(part.get("documents", 0))
+                examples = list(part.get("examples", []))
+                if not examples:
+                    continue
+                held = self.parts.setdefault((step, key), [])
+                held.append((index, examples))
+                held.sort(key=lambda pair: pair[0])
+                total = 0
+                for at, (_, kept) in enumerate(held):  # drop the parts past the first 100
+                    total += len(kept)
+                    if total >= REPORT_EXAMPLES:
+                        del held[at + 1:]
+                        break
+
+    def merged(self) -> dict[str, dict[str, Any]]:
+        """step -> key -> ``{"documents", "examples"}`` (the first examples by partition)."""
+        out: dict[str, dict[str, Any]] = {}
+        for (step, key), documents in sorted(self.documents.items()):
+            examples = [e for _, kept in self.parts.get((step, key), []) for e in kept]
+            out.setdefault(step, {})[key] = {"documents": documents,
+                                             "examples": examples[:REPORT_EXAMPLES]}
+        return out
 
 
 class PhaseOneState:
@@ -177,12 +224,15 @@ class PhaseOneState:
         self.quarantine: dict[int, ObjectInfo] = {}
         #: the signal columns of every marker read (not per partition: a handful)
         self.signals: dict[str, str] = {}
+        #: the steps' reports of the partitions that have one (decontamination hits)
+        self.reports: dict[int, dict[str, Any]] = {}
 
     def put(self, index: int, one: PhaseOne | None) -> None:
         """Partition ``index``'s marker (``None``: present but not reusable: redo it)."""
         for column in self.counts.values():
             column[index] = 0
         self.quarantine.pop(index, None)
+        self.reports.pop(index, None)
         if one is None:
             self.kind[index] = self.NONE
             self.rows[index] = self.docs_in[index] = self.tokens[index] = 0
@@ -200,6 +250,8 @@ class PhaseOneState:
                 column[index] = count
         if one.quarantine is not None:
             self.quarantine[index] = one.quarantine
+        if one.reports:
+            self.reports[index] = one.reports
         merge_signals(self.signals, one.signals, index)
 
     def get(self, index: int) -> PhaseOne | None:
@@ -214,7 +266,8 @@ class PhaseOneState:
         return PhaseOne(index, "", docs_in=int(self.docs_in[index]),
                         rows=int(self.rows[index]), tokens=int(self.tokens[index]),
                         quarantine=self.quarantine.get(index), durable=kind == self.SYNCED,
-                        resumed=True, signals=dict(self.signals), **per)
+                        resumed=True, signals=dict(self.signals),
+                        reports=self.reports.get(index, {}), **per)
 
 
 class PhaseTwoResults:
@@ -532,6 +585,8 @@ class Compactor:
 def marker(obj: PhaseOne | PhaseTwo) -> dict[str, Any]:
     d = asdict(obj)
     d.pop("resumed")
+    if not d.get("reports", True):  # a marker keeps its bytes unless a step reported
+        d.pop("reports")
     return d
 
 

@@ -7,6 +7,7 @@ default recipe with the files' content pinned, and a real run's drops, signals a
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import random
@@ -182,3 +183,138 @@ def test_no_false_positive_on_the_whole_demo_corpus(tmp_path: Path) -> None:
     assert len(corpus) > 5000
     step = Decontaminate(_write_sets(tmp_path), mode="annotate")
     assert sum(step(Doc(str(i), t)).signals["hits"] for i, t in enumerate(corpus)) == 0
+
+
+def _corpus(root: Path) -> tuple[list[str], dict[str, str]]:
+    """Two JSONL inputs of Shakespeare paragraphs, six with planted eval passages (whole and
+    partial, mangled): id -> the set each must be found in."""
+    rnd = random.Random(3)
+    paras = _shakespeare(160)
+    planted: dict[str, str] = {}
+    sets = ["science", "science", "history", "history", "quiz"]
+    for i, text in enumerate(EVAL + QUESTIONS):
+        at = 30 * i + 5
+        piece = text if i % 2 == 0 else " ".join(text.split()[2:2 + 15])
+        paras[at] = paras[at] + "\n" + _mangle(piece, rnd)
+        planted[f"d{at}"] = sets[i]
+    lines = [json.dumps({"text": t, "id": f"d{k}"}) for k, t in enumerate(paras)]
+    (root / "a.jsonl").write_text("\n".join(lines[:80]) + "\n")
+    (root / "b.jsonl").write_text("\n".join(lines[80:]) + "\n")
+    return [str(root / "a.jsonl"), str(root / "b.jsonl")], planted
+
+
+def _build(root: Path, inputs: list[str], out: str, **flags: object) -> dict:
+    from pipeline.driver.job import run
+
+    summary = run(PipelineConfig(inputs=inputs, output=str(root / out), workers=1,
+                                 id_field="id", files_per_partition=1,
+                                 dashboard_address="127.0.0.1:0", card=False, **flags),
+                  progress=False)
+    assert summary.docs_in == 160, summary.render()
+    return json.loads((root / out / "manifest.json").read_text())
+
+
+def test_a_run_drops_counts_and_reports_planted_passages(tmp_path: Path) -> None:
+    sets = _write_sets(tmp_path)
+    inputs, planted = _corpus(tmp_path)
+    manifest = _build(tmp_path, inputs, "ds", decontaminate=",".join(sets))
+    stats = manifest["stats"]
+    assert {k: v for k, v in stats["dropped"].items() if k.startswith("decontaminate.")} == \
+        {"decontaminate.science": 2, "decontaminate.history": 2, "decontaminate.quiz": 1}
+    assert stats["documents_out"] == 160 - 5
+    data = (tmp_path / "ds" / "contamination.json").read_bytes()
+    report = json.loads(data)
+    assert stats["contamination"]["sha256"] == hashlib.sha256(data).hexdigest()
+    assert stats["contamination"]["documents"] == {
+        "decontaminate.history": 2, "decontaminate.quiz": 1, "decontaminate.science": 2}
+    step = report["steps"]["decontaminate"]
+    assert step["n"] == 13 and step["mode"] == "filter" and len(step["eval_sha256"]) == 64
+    found = {e["id"]: name for name, s in step["sets"].items() for e in s["examples"]}
+    assert found == planted  # each planted document named, in its set, and nothing else
+    # the record's source where the reader knows one (web records: file@offset), else its id
+    assert all(e["source"] == e["id"] for s in step["sets"].values() for e in s["examples"])
+    assert step["sets"]["quiz"]["eval_examples"] == 1
+    assert all(len(g.split()) == 13 for s in step["sets"].values() for e in s["examples"]
+               for g in e["ngrams"])
+    assert "decontaminate" in {s["use"] for s in manifest["config"]["steps"]}
+
+
+def test_a_run_in_annotate_mode_keeps_all_and_writes_signals(tmp_path: Path) -> None:
+    sets = _write_sets(tmp_path)
+    inputs, planted = _corpus(tmp_path)
+    manifest = _build(tmp_path, inputs, "ds", decontaminate=",".join(sets),
+                      decontaminate_mode="annotate")
+    stats = manifest["stats"]
+    assert stats["documents_out"] == 160 and not any(
+        k.startswith("decontaminate") for k in stats["dropped"])
+    assert stats["signals"] == {
+        "decontaminate.hits": {"type": "int64", "step": "decontaminate"},
+        "decontaminate.overlap": {"type": "double", "step": "decontaminate"},
+        "decontaminate.set": {"type": "string", "step": "decontaminate"}}
+    rows = [r for p in sorted((tmp_path / "ds" / "shards").iterdir())
+            for r in pq.read_table(p, columns=["decontaminate.hits",
+                                               "decontaminate.set"]).to_pylist()]
+    flagged = [r["decontaminate.set"] for r in rows if r["decontaminate.set"]]
+    assert sorted(flagged) == sorted(planted.values())
+    assert sum(1 for r in rows if r["decontaminate.hits"]) == len(planted)
+    assert stats["contamination"]["documents"]["decontaminate.quiz"] == 1
+
+
+def test_reports_merge_in_partition_order_whatever_the_arrival() -> None:
+    from pipeline.tasks.work import StepReports
+
+    def part(i: int, k: int) -> dict:
+        return {"decontaminate": {"s": {"documents": k, "examples": [
+            {"id": f"p{i}-{j}"} for j in range(k)]}}}
+
+    orders = [list(range(30)), list(reversed(range(30))), [7, 3, 29, 0, 15, *range(30)]]
+    merged = []
+    for order in orders:
+        reports = StepReports()
+        for i in dict.fromkeys(order):
+            reports.add(i, part(i, 7))
+        merged.append(reports.merged())
+        assert sum(len(kept) for _, kept in reports.parts[("decontaminate", "s")]) <= 105
+    assert merged[0] == merged[1] == merged[2]
+    s = merged[0]["decontaminate"]["s"]
+    assert s["documents"] == 210 and len(s["examples"]) == 100
+    assert s["examples"][0] == {"id": "p0-0"} and s["examples"][-1] == {"id": "p14-1"}
+
+
+def test_a_changed_eval_file_changes_the_partition_salt(tmp_path: Path) -> None:
+    files = _write_sets(tmp_path)
+    before = json.dumps(PipelineConfig(decontaminate=files[2]).for_manifest(), sort_keys=True)
+    assert before == json.dumps(PipelineConfig(decontaminate=files[2]).for_manifest(),
+                                sort_keys=True)
+    Path(files[2]).write_text(QUESTIONS[0] + " and one more example line here\n")
+    after = json.dumps(PipelineConfig(decontaminate=files[2]).for_manifest(), sort_keys=True)
+    assert after != before
+
+
+def test_isolation_keeps_the_reports_of_children_that_ended(tmp_path: Path) -> None:
+    """A task lost with its worker runs its records in a child process: the reports come
+    back from it, and those of a child that ended (a poison record) are kept."""
+    from pipeline.records import Document
+    from pipeline.steps.recipe import Recipe
+    from pipeline.tasks.isolation import IsolatedSteps
+    from pipeline.tasks.record_steps import Poisoned, RecordLimits, RecordSteps
+
+    recipe = PipelineConfig(decontaminate=",".join(_write_sets(tmp_path))).recipe
+    assert isinstance(recipe, Recipe)
+    docs = [Document(f"d{i}", t) for i, t in enumerate(
+        [EVAL[0], "Nothing here at all.", QUESTIONS[0].lower(), EVAL[2]])]
+    here = RecordSteps(recipe)
+    assert [here(d) for d in docs] == [None, "Nothing here at all.", None, None]
+    isolated = IsolatedSteps(recipe, None, RecordLimits())
+    try:
+        assert isolated(docs[0]) is None
+        isolated._child.proc.kill()  # type: ignore[union-attr]
+        isolated._child.proc.wait()  # type: ignore[union-attr]
+        with pytest.raises(Poisoned):
+            isolated(docs[1])
+        assert [isolated(d) for d in docs[2:]] == [None, None]
+    finally:
+        isolated.close()
+    assert isolated.reports() == here.reports()
+    assert {k: v["documents"] for k, v in here.reports()["decontaminate"].items()} == \
+        {"science": 1, "quiz": 1, "history": 1}
