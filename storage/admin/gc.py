@@ -17,8 +17,9 @@ What is kept, on every replica:
   than ``min_age_s`` is removed;
 - anything gc does not know (``_degraded/``, foreign files): it only removes under
   ``shards/``, ``quarantine/``, ``index/``, ``masks/`` (a view's own), ``_versions/``,
-  ``_work/``, root ``tokenizer*.json`` files, stale pins and leftover ``.tmp-*`` files of
-  interrupted local writes.
+  ``_work/``, root ``tokenizer*.json`` files, stale pins, the cards of versions it does not
+  keep (``card/<manifest sha16>/<file>``: a kept version keeps its card) and leftover
+  ``.tmp-*`` files of interrupted local writes.
 
 A local replica holding a symlink anywhere in the dataset is refused whole, naming the link:
 the listing does not descend into a symlinked folder, so the objects behind it would look
@@ -51,6 +52,7 @@ from storage.format.layout import (
     QUARANTINE_DIR,
     SHARDS_DIR,
     WORK_DIR,
+    card_tag,
     is_tokenizer_name,
     parse_version_name,
 )
@@ -249,7 +251,7 @@ def _pins(store: ReplicaSet, scans: list[_Replica], cutoff: float) -> tuple[set[
 def _collectable(rel: str) -> bool:
     top = rel.split("/", 1)[0]
     return (top in (SHARDS_DIR, QUARANTINE_DIR, INDEX_DIR, MASKS_DIR) or is_tokenizer_name(rel)
-            or ("/" not in rel and rel.startswith(".tmp-")))
+            or card_tag(rel) is not None or ("/" not in rel and rel.startswith(".tmp-")))
 
 
 def collect(store: ReplicaSet, keep: int, min_age_s: float = DEFAULT_MIN_AGE_S,
@@ -284,6 +286,9 @@ def collect(store: ReplicaSet, keep: int, min_age_s: float = DEFAULT_MIN_AGE_S,
         source = f"{holder.replica.name}: {rel}"
         named |= _names(store, _parse(data, source), source)
 
+    # a version's card (card/<manifest sha16>/...) is named by its version's tag, not its manifest
+    cards = {parsed[1] for rel in kept if (parsed := parse_version_name(rel))}
+    cards |= {s.manifest_tag for s in scans if s.manifest_tag}
     report = GcReport(len(scans), keep, min_age_s, dry_run, sorted(set(kept.values())))
     plans: list[tuple[_Replica, list[str], list[str], list[str]]] = []
     for s in scans:
@@ -291,7 +296,7 @@ def collect(store: ReplicaSet, keep: int, min_age_s: float = DEFAULT_MIN_AGE_S,
         objects = []
         objects += [rel for rel in stale_pins if rel in s.tree]
         for rel, info in s.tree.items():
-            if not _collectable(rel) or rel in named:
+            if not _collectable(rel) or rel in named or card_tag(rel) in cards:
                 continue
             t = mtime_of(info)
             if t is not None and t < cutoff:

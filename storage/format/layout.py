@@ -24,6 +24,9 @@ MASKS_DIR = "masks"
 #: a source's registry of the views that select from it (``storage.admin.view_pins``): one
 #: ``<view name>.json`` pin per view, read by ``gc`` so it never removes what a view names
 VIEWS_DIR = "_views"
+#: each version's dataset card (``pipeline.output.card``): ``card/<manifest sha16>/README.md``
+#: and its PNGs, derived from that version and keyed by it (gc keeps a kept version's card)
+CARD_DIR = "card"
 #: immutable copies of every committed manifest: ``<sequence>-<manifest sha16>.json``
 VERSIONS_DIR = "_versions"
 #: a run's scratch files (``pipeline.tasks.work``), removed once it commits
@@ -37,6 +40,7 @@ NAME_HASH = 16
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _HEX = re.compile(rf"^[0-9a-f]{{{NAME_HASH},}}$")
+_CARD_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _VERSION = re.compile(rf"^(\d{{8,}})-([0-9a-f]{{{NAME_HASH}}})\.json$")
 
 
@@ -85,6 +89,23 @@ def parse_version_name(relative: str) -> tuple[int, str] | None:
     head, _, name = relative.rpartition("/")
     found = _VERSION.match(name) if head == VERSIONS_DIR else None
     return (int(found.group(1)), found.group(2)) if found else None
+
+
+def card_name(manifest_sha256: str, file: str) -> str:
+    """``card/<manifest sha16>/<file>``: one file of the card of the version whose manifest
+    has this sha256 (the tag its ``_versions/`` record carries)."""
+    if not _CARD_FILE.match(file) or file.strip(".") == "":
+        raise ValueError(f"not a card file name: {file!r}")
+    return f"{CARD_DIR}/{_tag(manifest_sha256)}/{file}"
+
+
+def card_tag(relative: str) -> str | None:
+    """The version tag (manifest sha16) of a card file's path, ``None`` for anything else."""
+    parts = relative.split("/")
+    if len(parts) == 3 and parts[0] == CARD_DIR and re.fullmatch(
+            rf"[0-9a-f]{{{NAME_HASH}}}", parts[1]) and _CARD_FILE.match(parts[2]):
+        return parts[1]
+    return None
 
 
 def is_tokenizer_name(relative: str) -> bool:
