@@ -29,6 +29,7 @@ long page look clean, which is the case decontamination exists for.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import re
@@ -40,6 +41,8 @@ import numpy as np
 
 #: GPT-3's n (datatrove's default is 12; both are "about a sentence")
 DEFAULT_N = 13
+#: words whose hashes a process keeps (~170 bytes each: ~5.5 MB), the most recently used
+WORD_CACHE = 1 << 15
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _NOT_WORD = re.compile(r"[\W_]+")
@@ -59,18 +62,15 @@ def words(text: str) -> list[str]:
     return _NOT_WORD.sub(" ", text).split()
 
 
+@functools.lru_cache(maxsize=WORD_CACHE)
+def _word_hash(w: str) -> bytes:
+    return hashlib.blake2b(w.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+
+
 def word_hashes(ws: Sequence[str]) -> np.ndarray:
-    """Each word's 64-bit hash (uint64), the same in every process and on every machine."""
-    seen: dict[str, int] = {}
-    out = np.empty(len(ws), dtype=np.uint64)
-    for i, w in enumerate(ws):
-        h = seen.get(w)
-        if h is None:
-            h = seen[w] = int.from_bytes(
-                hashlib.blake2b(w.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
-                "little")
-        out[i] = h
-    return out
+    """Each word's 64-bit hash (uint64), the same in every process and on every machine (the
+    most frequent words' are cached: a worker hashes "the" once, not once a document)."""
+    return np.frombuffer(b"".join(map(_word_hash, ws)), dtype="<u8").astype(np.uint64)
 
 
 def _mix(h: np.ndarray) -> np.ndarray:
@@ -188,12 +188,11 @@ class EvalIndex:
             return NO_MATCH
         unique = np.unique(doc)
         lo = np.searchsorted(self.hashes, unique, "left")
-        hi = np.searchsorted(self.hashes, unique, "right")
-        found = hi > lo
+        found = self.hashes[np.minimum(lo, len(self.hashes) - 1)] == unique
         hits = int(np.count_nonzero(found))
-        if not hits:
+        if not hits:  # the usual case: one binary search per n-gram, no second
             return NO_MATCH
-        lo, hi = lo[found], hi[found]
+        lo, hi = lo[found], np.searchsorted(self.hashes, unique[found], "right")
         spans = hi - lo
         # every (matched n-gram, example) pair: the index rows lo..hi of each matched n-gram
         rows = np.repeat(lo - np.cumsum(spans) + spans, spans) + np.arange(int(spans.sum()))
