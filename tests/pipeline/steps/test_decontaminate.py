@@ -318,3 +318,23 @@ def test_isolation_keeps_the_reports_of_children_that_ended(tmp_path: Path) -> N
     assert isolated.reports() == here.reports()
     assert {k: v["documents"] for k, v in here.reports()["decontaminate"].items()} == \
         {"science": 1, "quiz": 1, "history": 1}
+
+
+def test_a_partitions_report_survives_its_marker_and_a_rerun_reuses_it() -> None:
+    """A killed run's rerun reuses finished partitions from their markers: their reports
+    come back with their counts; a partition without one keeps the marker it always had."""
+    from pipeline.tasks.work import PhaseOne, PhaseOneResults, PhaseOneState, counts_only, marker
+
+    report = {"decontaminate": {"s": {"documents": 1, "examples": [{"id": "d1"}]}}}
+    hit, clean = PhaseOne(0, "k0", docs_in=3, reports=report), PhaseOne(1, "k1", docs_in=2)
+    assert "reports" not in marker(clean) and marker(hit)["reports"] == report
+    state = PhaseOneState(2)
+    for one in (hit, clean):
+        state.put(one.index, counts_only(json.loads(json.dumps(marker(one)))))
+    ones = PhaseOneResults(2)
+    for i in (1, 0):
+        ones.add(state.get(i))  # type: ignore[arg-type]
+    assert ones.reports.merged() == report
+    state.put(0, None)  # the marker turned out unusable: redone, its report with it
+    assert state.get(0) is None and not state.reports
+
