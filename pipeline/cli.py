@@ -1,5 +1,6 @@
 """``python -m pipeline``: ``run`` builds a dataset, ``inspect`` summarises one, ``export``
-rewrites one, ``select`` makes a view of one, ``steps`` lists the steps a recipe can use,
+rewrites one, ``select`` makes a view of one, ``card`` writes a version's dataset card,
+``steps`` lists the steps a recipe can use,
 ``train-classifier`` trains a fastText quality classifier for the ``fasttext`` step.
 
 ``run``'s flags are :class:`pipeline.config.PipelineConfig`'s fields, made into flags by the
@@ -202,6 +203,38 @@ def select(url: Annotated[str, Parameter(name="SRC")], /, *,
     src = storage.store(url)
     print(select_view(src, where, view_replicas(src, output, storage.options),
                       progress=not no_progress).render())
+    return 0
+
+
+@app.command
+def card(url: Annotated[str, Parameter(name="URL")], /, *,
+         where: ReplicaFlags = ReplicaFlags(),  # noqa: B008
+         sample_rows: Annotated[int, Parameter(metavar="N")] = 100_000,
+         wait: Annotated[bool, _NoNegative] = False) -> int:
+    """Write the dataset card of a dataset's current version.
+
+    Build card/<version>/README.md (documents and tokens through the steps, drops and
+    quarantines by reason, languages, document lengths, signal summaries, near-duplicate
+    clusters, decontamination hits, the recipe, how to load it) and its PNG pictures (with
+    matplotlib, the 'plot' extra; without it the card is text only and says so), and put
+    them in the dataset under the version's manifest sha256 (first 16 hex digits), as
+    `pipeline run` does at its commit. The same version gives the same bytes. Holds the
+    dataset's writer lease while it writes.
+
+    Parameters
+    ----------
+    url
+        dataset URL
+    sample_rows
+        draw the column figures (lengths, languages, signals, clusters) from at most N
+        documents of evenly spaced row groups (the same ones every time); 0: none
+    wait
+        when another writer holds the dataset's writer lease, wait for it instead of
+        failing at once
+    """
+    from pipeline.output.card import rebuild  # imported late: matplotlib, when installed
+
+    print(rebuild(where.store(url), url, sample_rows, wait).render())
     return 0
 
 

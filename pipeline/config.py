@@ -147,6 +147,9 @@ class OutputFlags:
         90.0, "seconds the output's writer lease lasts unless renewed; the driver renews it "
         "every third of that, and a dead driver's lease is taken over once it expires",
         manifest=False)
+    card: bool = flag(True, "write the dataset card (card/<version>/README.md and PNG "
+                      "pictures: pipeline/output/card.py) before the commit; about 1-2 s on the "
+                      "demo", manifest=False)
 
     def check_output(self) -> None:
         positive_seconds("--lease-ttl", self.lease_ttl)  # finite: NaN would never expire

@@ -109,6 +109,8 @@ class RunSummary:
     extra: dict[str, float] = field(default_factory=dict)
     #: ``stats.energy``'s record (pipeline.driver.carbon.RunEnergy.record)
     energy: dict[str, Any] = field(default_factory=dict)
+    #: documents the decontaminate steps found per ``<step>.<set>`` (``{}``: no such step)
+    contamination: dict[str, int] = field(default_factory=dict)
 
     @property
     def tokens_per_s(self) -> float:
@@ -127,6 +129,8 @@ class RunSummary:
             f"documents    {self.docs_in:,} in, {self.docs_out:,} out",
             f"dropped      {reasons(self.dropped)}",
             f"quarantined  {reasons(self.quarantined)}",
+            *([f"contaminated {reasons(self.contamination)} (contamination.json)"]
+              if self.contamination else []),
             f"tokens       {self.tokens:,}",
             f"bytes        {self.bytes:,} (Parquet, zstd)",
             f"wall time    {self.wall_s:.2f} s",
@@ -589,6 +593,10 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: ReplicaLeases, log: Text
     # bytes under the same name); the manifest then names it instead of listing the shards.
     manifest = with_shard_index(store, listed, twos.shards)
     twos.shards.close()  # the records' local disk back now
+    if cfg.card:  # before the swap, like every object of the version (keyed by its manifest)
+        from pipeline.output.card import write_at_commit
+
+        write_at_commit(store, manifest, log)
     lease.check()  # still ours: no other run can be using _work/ or committing
     recorded = commit(store, manifest, log)  # the swap of manifest.json: last, atomic
     work.remove_work(store)
@@ -605,4 +613,5 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: ReplicaLeases, log: Text
         inputs=len(files), empty_inputs=empty,
         extra={"max_live_tasks": float(window.max_live), "tasks": float(window.submitted)},
         energy=energy,
+        contamination=dict(stats.get("contamination", {}).get("documents", {})),
     )

@@ -163,8 +163,19 @@ def _jsonl(batches: Iterator[pa.RecordBatch], schema: pa.Schema = LIST_SCHEMA) -
 
 
 def dataset_card(manifest: Manifest, files: list[str]) -> str:
-    """A dataset card whose YAML config lets ``datasets.load_dataset`` find the files."""
+    """A short dataset card whose YAML config lets ``datasets.load_dataset`` find the files."""
+    return front_matter(files) + "# Shardflow export\n\n" + columns_note(manifest)
+
+
+def front_matter(files: list[str]) -> str:
+    """The YAML block that tells ``datasets.load_dataset`` (and the Hub) where the files are."""
     entries = "\n".join(f"      - {f}" for f in files)
+    return ("---\nconfigs:\n  - config_name: default\n    data_files:\n      - split: train\n"
+            f"        path:\n{entries.replace('      -', '          -')}\n---\n\n")
+
+
+def columns_note(manifest: Manifest) -> str:
+    """What the exported files hold: the tokenizer, the columns, the totals."""
     signals = manifest.stats.get("signals") or {}
     meta = [f"`{c}`" for c in manifest.schema
             if c not in ("doc_id", "input_ids") and c not in signals]
@@ -173,9 +184,6 @@ def dataset_card(manifest: Manifest, files: list[str]) -> str:
         typed = [f"`{c}` ({v.get('type')})" for c, v in signals.items()]
         also += f"; signals: {', '.join(typed)}"
     return (
-        "---\nconfigs:\n  - config_name: default\n    data_files:\n      - split: train\n"
-        f"        path:\n{entries.replace('      -', '          -')}\n---\n\n"
-        "# Shardflow export\n\n"
         f"Token ids of `{manifest.tokenizer.name}` (vocab {manifest.vocab_size}, EOS id "
         f"{manifest.eos_id}), one row per document: `doc_id`, `input_ids` (list of int32){also}.\n"
         f"{manifest.total_rows:,} documents, {manifest.total_tokens:,} tokens.\n")
@@ -220,9 +228,18 @@ def export(store: ReplicaSet, output: str, fmt: str,
         except (ManifestError, pa.ArrowInvalid) as exc:
             raise ManifestError(f"{shard.path}: {exc}") from exc
         bar.update(1, shard.tokens)
-    if fmt == "hf":
-        write_atomic(out, "README.md", dataset_card(manifest, names).encode("utf-8"))
-    return ExportSummary(out.url, len(names) + (fmt == "hf"), manifest.total_rows,
+    extra = 0
+    if fmt == "hf":  # the version's dataset card, pictures beside it, with the Hub's YAML
+        from pipeline.output import card  # imported late: matplotlib, when installed
+
+        built = card.build(store, manifest, report=card.read_report(store))
+        for name in built.pictures:
+            write_atomic(out, name, built.files[name])
+        readme = (front_matter(names) + built.files[card.README].decode("utf-8")
+                  + "\n## This export\n\n" + columns_note(manifest))
+        write_atomic(out, "README.md", readme.encode("utf-8"))
+        extra = 1 + len(built.pictures)
+    return ExportSummary(out.url, len(names) + extra, manifest.total_rows,
                          manifest.total_tokens)
 
 
