@@ -109,6 +109,8 @@ class RunSummary:
     extra: dict[str, float] = field(default_factory=dict)
     #: ``stats.energy``'s record (pipeline.driver.carbon.RunEnergy.record)
     energy: dict[str, Any] = field(default_factory=dict)
+    #: documents the decontaminate steps found per ``<step>.<set>`` (``{}``: no such step)
+    contamination: dict[str, int] = field(default_factory=dict)
 
     @property
     def tokens_per_s(self) -> float:
@@ -127,6 +129,8 @@ class RunSummary:
             f"documents    {self.docs_in:,} in, {self.docs_out:,} out",
             f"dropped      {reasons(self.dropped)}",
             f"quarantined  {reasons(self.quarantined)}",
+            *([f"contaminated {reasons(self.contamination)} (contamination.json)"]
+              if self.contamination else []),
             f"tokens       {self.tokens:,}",
             f"bytes        {self.bytes:,} (Parquet, zstd)",
             f"wall time    {self.wall_s:.2f} s",
@@ -609,4 +613,5 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: ReplicaLeases, log: Text
         inputs=len(files), empty_inputs=empty,
         extra={"max_live_tasks": float(window.max_live), "tasks": float(window.submitted)},
         energy=energy,
+        contamination=dict(stats.get("contamination", {}).get("documents", {})),
     )

@@ -211,7 +211,10 @@ def _build(root: Path, inputs: list[str], out: str, **flags: object) -> dict:
                                  dashboard_address="127.0.0.1:0", card=False, **flags),
                   progress=False)
     assert summary.docs_in == 160, summary.render()
-    return json.loads((root / out / "manifest.json").read_text())
+    manifest = json.loads((root / out / "manifest.json").read_text())
+    assert summary.contamination == manifest["stats"]["contamination"]["documents"]
+    assert "contaminated decontaminate." in summary.render()  # the summary names the counts
+    return manifest
 
 
 def test_a_run_drops_counts_and_reports_planted_passages(tmp_path: Path) -> None:
