@@ -264,38 +264,59 @@ def size_counts(values: Sequence[Any] | np.ndarray) -> tuple[tuple[int, int], ..
 
 
 def contamination(stats: Mapping[str, Any], report: Any) -> tuple[EvalSet, ...] | None:
-    """Each evaluation set's hits: ``decontaminate.<set>`` counts of ``stats.dropped`` (or of
-    ``stats.flagged``/``stats.changed``, when a run flags instead of dropping), and a
-    ``contamination.json`` ``report`` read leniently: ``{"sets": {name: {...}}}`` or
-    ``{name: {...}}`` or ``[{"name": ..., ...}]``, each set's documents hit under
-    ``documents`` (or ``documents_hit``, ``hits``), n-grams under ``ngrams`` (or
-    ``matched_ngrams``, ``ngrams_matched``), and up to three examples from ``examples``
-    (strings, or dicts whose ``ngrams``/``matched``/``text`` say what matched).
+    """Each evaluation set's hits: ``decontaminate.<set>`` drop counts of ``stats.dropped``,
+    the documents found per ``<step>.<set>`` of ``stats.contamination.documents`` (filter
+    and annotate mode alike), and a ``contamination.json`` ``report`` read leniently:
+    ``{"sets": {name: {...}}}``, ``{name: {...}}``, ``{step: {name: {...}}}`` or
+    ``[{"name": ..., ...}]``, each set's documents hit under ``documents`` (or
+    ``documents_hit``, ``hits``), n-grams under ``ngrams`` (or ``matched_ngrams``,
+    ``ngrams_matched``), and up to three examples from ``examples`` (strings, or dicts
+    whose ``ngrams``/``matched``/``text`` say what matched, with their ``id``).
     ``None``: no decontamination recorded."""
-    counts: dict[str, int] = {}
-    for key in ("dropped", "flagged", "changed"):
-        for reason, n in _counts(stats.get(key)).items():
-            head, _, name = reason.partition(".")
-            if head == DECONTAMINATE and name:
-                counts[name] = counts.get(name, 0) + n
-    sets: dict[str, Any] = {}
-    inner = report.get("sets", report.get("eval_sets", report)) if isinstance(report, dict) \
-        else report
-    if isinstance(inner, (dict, list)):
-        if isinstance(inner, dict):
-            sets = {str(k): v for k, v in inner.items() if isinstance(v, dict)}
-        elif isinstance(inner, list):
-            sets = {str(v.get("name", i)): v for i, v in enumerate(inner) if isinstance(v, dict)}
-    if not counts and not sets:
+    dropped: dict[str, int] = {}
+    for reason, n in _counts(stats.get("dropped")).items():
+        head, _, name = reason.partition(".")
+        if head == DECONTAMINATE and name:
+            dropped[name] = dropped.get(name, 0) + n
+    found: dict[str, int] = {}
+    recorded = stats.get("contamination")
+    if isinstance(recorded, dict):
+        for key, n in _counts(recorded.get("documents")).items():
+            name = key.partition(".")[2] or key
+            found[name] = found.get(name, 0) + n
+    sets = _report_sets(report)
+    if not dropped and not found and not sets:
         return None
     out = []
-    for name in sorted(set(counts) | set(sets)):
+    for name in sorted(set(dropped) | set(found) | set(sets)):
         d = sets.get(name, {})
-        out.append(EvalSet(name, counts.get(name),
-                           _first_int(d, ("documents", "documents_hit", "hits", "docs")),
+        hit = _first_int(d, ("documents", "documents_hit", "hits", "docs"))
+        out.append(EvalSet(name, dropped.get(name), hit if hit is not None else found.get(name),
                            _first_int(d, ("ngrams", "matched_ngrams", "ngrams_matched")),
                            tuple(_example(e) for e in _list(d.get("examples"))[:3])))
     return tuple(out)
+
+
+_SET_KEYS = ("documents", "documents_hit", "hits", "docs", "examples", "ngrams")
+
+
+def _report_sets(report: Any) -> dict[str, dict[str, Any]]:
+    """The report's sets by name, whichever of the shapes :func:`contamination` reads."""
+    inner = report.get("sets", report.get("eval_sets", report)) if isinstance(report, dict) \
+        else report
+    if isinstance(inner, list):
+        return {str(v.get("name", i)): v for i, v in enumerate(inner) if isinstance(v, dict)}
+    if not isinstance(inner, dict):
+        return {}
+    sets: dict[str, dict[str, Any]] = {}
+    for k, v in inner.items():
+        if not isinstance(v, dict):
+            continue
+        if any(key in v for key in _SET_KEYS) or not v:
+            sets[str(k)] = v
+        else:  # one level per step: {step: {set: {...}}}
+            sets.update({str(n): d for n, d in v.items() if isinstance(d, dict)})
+    return sets
 
 
 def _first_int(d: Mapping[str, Any], keys: Sequence[str]) -> int | None:

@@ -7,6 +7,7 @@ matplotlib the card is text only and says so."""
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import shutil
@@ -293,3 +294,28 @@ def test_export_hf_carries_the_card_and_its_pictures(web: Path, tmp_path: Path) 
     assert "## This export" in readme
     for name in re.findall(r"!\[[^]]*\]\(([^)]+)\)", card):
         assert (tmp_path / "hf" / name).read_bytes() == (_card_dir(web) / name).read_bytes()
+
+
+def test_the_card_reports_decontamination_from_contamination_json(tiny_dataset: str,
+                                                                   tmp_path: Path) -> None:
+    from pipeline.output.card import rebuild
+
+    ds = tmp_path / "tiny"
+    shutil.copytree(tiny_dataset, ds)
+    (ds / "contamination.json").write_text(json.dumps({"decontaminate": {
+        "mmlu": {"documents": 2, "examples": [
+            {"id": "hamlet_gut.txt:10", "source": "hamlet_gut.txt:10",
+             "ngrams": ["to be or not to be that is the question whether tis nobler in"]},
+            {"id": "x|<b>", "ngrams": ["a | b"]}]},
+        "gsm8k": {"documents": 0, "examples": []}}}))
+    rebuild(ReplicaSet.from_urls([str(ds)]), str(ds))
+    text = (_card_dir(ds) / README).read_text()
+    rows = {r[0]: r[1:] for r in _table(text, "## Decontamination")}
+    assert rows == {"gsm8k": ["-", "0", "-"], "mmlu": ["-", "2", "-"]}
+    assert "- hamlet\\_gut.txt:10: to be or not to be" in text or \
+        "- hamlet_gut.txt:10: to be or not to be" in text
+    assert "<b>" not in text
+    (ds / "contamination.json").write_text("{not json")
+    rebuild(ReplicaSet.from_urls([str(ds)]), str(ds))
+    text = (_card_dir(ds) / README).read_text()
+    assert "Note: contamination.json is not JSON; not read." in text

@@ -61,6 +61,16 @@ def test_the_report_is_read_leniently_and_the_manifest_counts_come_first() -> No
     assert by_name["gsm8k"].dropped is None and by_name["gsm8k"].documents == 2
     assert cf.contamination(stats, "not a dict")[0].name == "mmlu"  # type: ignore[index]
     assert cf.contamination({}, [{"name": "arc", "hits": 5}])[0].documents == 5  # type: ignore[index]
+    # the decontaminate step's own shapes: stats.contamination.documents by <step>.<set>,
+    # contamination.json by set (or by step, then set), examples with id and ngrams
+    step = cf.contamination(
+        {"contamination": {"documents": {"decontaminate.mmlu": 4}},
+         "dropped": {"decontaminate.mmlu": 4}},
+        {"decontaminate": {"mmlu": {"documents": 4, "examples": [
+            {"id": "d.jsonl:7", "source": "d.jsonl:7", "ngrams": ["a b c", "b c d"]}]}}})
+    assert step == (cf.EvalSet("mmlu", 4, 4, None, ("d.jsonl:7: a b c | b c d",)),)
+    flagged = cf.contamination({"contamination": {"documents": {"decon.arc": 2}}}, None)
+    assert flagged == (cf.EvalSet("arc", None, 2),)
 
 
 def test_lengths_and_languages() -> None:
