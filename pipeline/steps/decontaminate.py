@@ -15,7 +15,10 @@ pin their content (``eval_sha256``, a hash of each set's name and file bytes, en
 recipe's options, so the manifest and the partition keys change with the eval files and a
 changed eval set redoes every partition); each worker process builds it once from the same
 files (:func:`cached_index`, as :func:`pipeline.steps.fasttext_scorer.cached_model` loads a
-model) and refuses to run if their content is not the pinned one. Shipping it in the recipe
+model) and refuses to run if their content is not the pinned one. The files are local paths
+(a glob is expanded where the index is built): every worker must see the same files at the
+same paths, as a LocalCluster's do; one that sees other bytes (or none) stops the task with
+one line naming the files. Shipping it in the recipe
 would send ~12 MB per million eval n-grams with every phase-1 task; a worker reads the files
 in well under a second per million n-grams.
 
