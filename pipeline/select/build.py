@@ -18,6 +18,7 @@ so the source's ``gc`` never removes what the view names.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import mmap
 import posixpath
@@ -32,7 +33,14 @@ import pyarrow.parquet as pq
 
 from pipeline.driver.progress import ProgressBar
 from pipeline.select.expression import TOKEN_COLUMN, Selection, parse
-from storage import ChecksumMismatchError, Manifest, ReplicaSet, shards_of, tokens
+from storage import (
+    ChecksumMismatchError,
+    Manifest,
+    ReplicaError,
+    ReplicaSet,
+    shards_of,
+    tokens,
+)
 from storage.admin.versions import commit
 from storage.admin.view_pins import write_pin
 from storage.format.checksums import PIECE_DIGEST, digest_bytes, piece_key, piece_matches
@@ -42,9 +50,16 @@ from storage.format.index import (
     SHARD_COLUMNS,
     encode_columns,
 )
-from storage.format.layout import masks_name
+from storage.format.layout import doclens_name, masks_name
 from storage.format.manifest import ShardInfo, Totals
-from storage.format.view import Masks, ViewRef, encode_masks, kept_counts
+from storage.format.view import (
+    Masks,
+    ViewRef,
+    decode_lengths,
+    encode_lengths,
+    encode_masks,
+    kept_counts,
+)
 from storage.io.index_store import fetch_columns
 from storage.io.replica_leases import hold_replicas
 from storage.io.view_store import read_masks, sibling, source_store
@@ -100,6 +115,8 @@ class _Group:
 
 #: holes up to this between the byte ranges one shard needs are read through (one request)
 HOLE_BYTES = 64 << 10
+#: row groups whose token counts are decoded at once (~8 MB of tokens at the default sizes)
+LENGTH_BATCH = 16
 
 
 def _sparse(size: int) -> mmap.mmap:
@@ -131,6 +148,8 @@ class _ShardReader:
         self.meta = tokens.parse_footer(footer)
         self.present = set(self.meta.schema.names)
         self.buf = _sparse(shard.bytes)
+        #: 1 when this shard's token counts came from the source's cache, not decoded
+        self.cache_hits = 0
         self.file = pq.ParquetFile(pa.BufferReader(pa.py_buffer(self.buf)), metadata=self.meta)
 
     def _fetch(self, spans: list[tuple[int, int]]) -> None:
@@ -157,35 +176,68 @@ class _ShardReader:
                 table = table.append_column(c, pa.nulls(table.num_rows))
         return self._split(table, groups)
 
-    def lengths(self, groups: list[int]) -> list[np.ndarray]:
-        """Token count of each document of each of ``groups``: their ``input_ids`` chunks
-        fetched, checked against the index's digests, decoded to count."""
+    def lengths(self, groups: list[int], group_tokens: np.ndarray) -> list[np.ndarray]:
+        """Token count of each document of each of ``groups``: from the shard's cache in the
+        source (``_doclens/``, checked against ``group_tokens``: the index's tokens of each
+        of the shard's row groups) when a select made it before; else every row group's
+        ``input_ids`` chunk fetched, checked against the index's digest, decoded to count,
+        and the counts cached for the next select."""
         if not groups:
             return []
-        pieces = []
-        for g in groups:
-            info = self.shard.row_groups[g]
-            digest = info.blake3 if self.algorithm == PIECE_DIGEST else info.sha256
-            pieces.append((info.offset, info.offset + info.length,
-                           piece_key(digest, self.algorithm)))
-        self._fetch([(lo, hi) for lo, hi, _ in pieces])
-        view = memoryview(self.buf)
-        for lo, hi, key in pieces:
-            if not piece_matches(key, view[lo:hi]):
-                raise ChecksumMismatchError(f"{self.shard.path}[{lo}:{hi}] does not match its "
-                                            "checksum in the index")
-        del view
-        column = self.file.read_row_groups(groups, columns=[TOKEN_COLUMN],
-                                           use_threads=False).column(0)
-        lens = np.concatenate([tokens.lengths(chunk, self.encoding) for chunk in column.chunks]
-                              or [np.zeros(0, np.int64)]).astype(np.int64)
-        bounds = np.cumsum([0] + [self.meta.row_group(g).num_rows for g in groups])
-        return [lens[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        rows = np.array([self.meta.row_group(g).num_rows
+                         for g in range(self.meta.num_row_groups)], dtype=np.int64)
+        path = doclens_name(self.shard.path)
+        try:
+            cached = decode_lengths(self.data.get(path), rows, group_tokens)
+        except FileNotFoundError:
+            cached = None
+        if cached is None:
+            cached = self._decode_lengths(list(range(self.meta.num_row_groups)))
+            # a cache: a store that refuses it costs the next select time, nothing else
+            with contextlib.suppress(OSError, ReplicaError):
+                self.data.put(path, encode_lengths(np.concatenate(cached) if cached
+                                                   else np.zeros(0, np.int64)))
+        else:
+            self.cache_hits += 1
+        return [cached[g] for g in groups]
+
+    def _decode_lengths(self, groups: list[int]) -> list[np.ndarray]:
+        """Each group's documents' token counts, :data:`LENGTH_BATCH` row groups a decode:
+        their token chunks fetched into the sparse buffer, verified, decoded, and their pages
+        given back, so a shard of any size holds a batch's tokens at a time."""
+        out: list[np.ndarray] = []
+        for at in range(0, len(groups), LENGTH_BATCH):
+            batch = groups[at:at + LENGTH_BATCH]
+            pieces = []
+            for g in batch:
+                info = self.shard.row_groups[g]
+                digest = info.blake3 if self.algorithm == PIECE_DIGEST else info.sha256
+                pieces.append((info.offset, info.offset + info.length,
+                               piece_key(digest, self.algorithm)))
+            self._fetch([(lo, hi) for lo, hi, _ in pieces])
+            view = memoryview(self.buf)
+            for lo, hi, key in pieces:
+                if not piece_matches(key, view[lo:hi]):
+                    raise ChecksumMismatchError(f"{self.shard.path}[{lo}:{hi}] does not match "
+                                                "its checksum in the index")
+            del view
+            column = self.file.read_row_groups(batch, columns=[TOKEN_COLUMN],
+                                               use_threads=False).column(0)
+            lens = np.concatenate([tokens.lengths(chunk, self.encoding)
+                                   for chunk in column.chunks] or [np.zeros(0, np.int64)])
+            bounds = np.cumsum([0] + [self.meta.row_group(g).num_rows for g in batch])
+            out += [lens[a:b].astype(np.int64)
+                    for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+            del column
+            lo = min(p[0] for p in pieces)
+            lo -= lo % mmap.PAGESIZE
+            self.buf.madvise(mmap.MADV_DONTNEED, lo, max(p[1] for p in pieces) - lo)
+        return out
 
 
 def _select_shard(data: ReplicaSet, shard: ShardInfo, first: int, selection: Selection,
-                  base: Masks | None, rows: np.ndarray, algorithm: str, encoding: str
-                  ) -> list[_Group]:
+                  base: Masks | None, rows: np.ndarray, toks: np.ndarray, algorithm: str,
+                  encoding: str) -> list[_Group]:
     reader = _ShardReader(data, shard, algorithm, encoding)
     n_groups = len(shard.row_groups)
     keeps = [base.group(first + g) if base is not None
@@ -200,7 +252,8 @@ def _select_shard(data: ReplicaSet, shard: ShardInfo, first: int, selection: Sel
         keeps[g] &= selection.keep(table).to_numpy(zero_copy_only=False)
     partial = [g for g in range(n_groups) if 0 < int(keeps[g].sum()) < len(keeps[g])]
     lengths: list[np.ndarray | None] = [None] * n_groups
-    for g, lens in zip(partial, reader.lengths(partial), strict=True):
+    tokens_of = toks[first:first + n_groups]
+    for g, lens in zip(partial, reader.lengths(partial, tokens_of), strict=True):
         lengths[g] = lens
     return [_Group(keeps[g], lengths[g]) for g in range(n_groups)]
 
@@ -235,7 +288,7 @@ def select(src: ReplicaSet, where: str, dst: ReplicaSet, *, log: TextIO | None =
     groups: list[_Group] = []
 
     def one(s: int) -> list[_Group]:
-        return _select_shard(data, shards[s], int(first[s]), selection, base, rows,
+        return _select_shard(data, shards[s], int(first[s]), selection, base, rows, toks,
                              algorithm, encoding)
 
     with ThreadPoolExecutor(max(1, min(threads, len(shards)))) as pool:

@@ -17,7 +17,8 @@ What is kept, on every replica:
   than ``min_age_s`` is removed;
 - anything gc does not know (``_degraded/``, foreign files): it only removes under
   ``shards/``, ``quarantine/``, ``index/``, ``masks/`` (a view's own), ``_versions/``,
-  ``_work/``, root ``tokenizer*.json`` files, stale pins, the cards of versions it does not
+  ``_work/``, root ``tokenizer*.json`` files, stale pins, ``_doclens/`` token counts of
+  shards no kept version names (``select``'s cache), the cards of versions it does not
   keep (``card/<manifest sha16>/<file>``: a kept version keeps its card) and leftover
   ``.tmp-*`` files of interrupted local writes.
 
@@ -45,6 +46,7 @@ from typing import Any
 from storage.admin import view_pins
 from storage.admin.versions import manifest_tag
 from storage.format.layout import (
+    DOCLENS_DIR,
     INDEX_DIR,
     MANIFEST,
     MASKS_DIR,
@@ -53,6 +55,7 @@ from storage.format.layout import (
     SHARDS_DIR,
     WORK_DIR,
     card_tag,
+    doclens_shard,
     is_tokenizer_name,
     parse_version_name,
 )
@@ -250,7 +253,8 @@ def _pins(store: ReplicaSet, scans: list[_Replica], cutoff: float) -> tuple[set[
 
 def _collectable(rel: str) -> bool:
     top = rel.split("/", 1)[0]
-    return (top in (SHARDS_DIR, QUARANTINE_DIR, INDEX_DIR, MASKS_DIR) or is_tokenizer_name(rel)
+    return (top in (SHARDS_DIR, QUARANTINE_DIR, INDEX_DIR, MASKS_DIR, DOCLENS_DIR)
+            or is_tokenizer_name(rel)
             or card_tag(rel) is not None or ("/" not in rel and rel.startswith(".tmp-")))
 
 
@@ -296,7 +300,8 @@ def collect(store: ReplicaSet, keep: int, min_age_s: float = DEFAULT_MIN_AGE_S,
         objects = []
         objects += [rel for rel in stale_pins if rel in s.tree]
         for rel, info in s.tree.items():
-            if not _collectable(rel) or rel in named or card_tag(rel) in cards:
+            if (not _collectable(rel) or rel in named or card_tag(rel) in cards
+                    or doclens_shard(rel) in named):  # a named shard keeps its token counts
                 continue
             t = mtime_of(info)
             if t is not None and t < cutoff:

@@ -24,6 +24,9 @@ MASKS_DIR = "masks"
 #: a source's registry of the views that select from it (``storage.admin.view_pins``): one
 #: ``<view name>.json`` pin per view, read by ``gc`` so it never removes what a view names
 VIEWS_DIR = "_views"
+#: per-document token counts of a shard, cached by ``select`` (``storage.format.view``):
+#: ``_doclens/<shard file stem>.u4``, kept by gc while the shard is
+DOCLENS_DIR = "_doclens"
 #: each version's dataset card (``pipeline.output.card``): ``card/<manifest sha16>/README.md``
 #: and its PNGs, derived from that version and keyed by it (gc keeps a kept version's card)
 CARD_DIR = "card"
@@ -71,6 +74,21 @@ def index_name(sha256: str) -> str:
 def masks_name(sha256: str) -> str:
     """A view's keep-masks object, content-addressed like every object a manifest names."""
     return f"{MASKS_DIR}/{_tag(sha256)}.sfmask"
+
+
+def doclens_name(shard_path: str) -> str:
+    """The token-count cache of the shard at ``shard_path`` (named after its file, so its
+    content is fixed by the shard's: shard names are content-addressed)."""
+    stem = posixpath.basename(shard_path).rsplit(".", 1)[0]
+    return f"{DOCLENS_DIR}/{stem}.u4"
+
+
+def doclens_shard(relative: str) -> str | None:
+    """The shard path a token-count cache belongs to; ``None`` for anything else."""
+    head, _, name = relative.rpartition("/")
+    if head != DOCLENS_DIR or not name.endswith(".u4") or not name[:-3]:
+        return None
+    return f"{SHARDS_DIR}/{name[:-3]}.parquet"
 
 
 def tokenizer_name(sha256: str) -> str:

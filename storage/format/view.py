@@ -34,6 +34,8 @@ from storage.format.layout import UnsafePathError, safe_relative
 
 MAGIC = b"SFMASK\x01\x00"
 FORMAT = "shardflow.masks/1"
+#: a shard's per-document token counts (``_doclens/``): magic, u8 count, u4 per document
+LENGTHS_MAGIC = b"SFLENS\x01\x00"
 
 
 class MaskFormatError(ValueError):
@@ -218,3 +220,32 @@ def kept_tokens(ids: np.ndarray, lengths: np.ndarray, keep: np.ndarray) -> np.nd
     if keep.all():
         return ids
     return ids[np.repeat(keep, np.asarray(lengths, dtype=np.int64))]
+
+
+def encode_lengths(lengths: np.ndarray) -> bytes:
+    """A shard's per-document token counts as ``select`` caches them (``_doclens/``)."""
+    counts = np.asarray(lengths, dtype=np.int64)
+    if len(counts) and (counts.min() < 0 or counts.max() >= 1 << 32):
+        raise ValueError("a document's token count does not fit in 32 bits")
+    return LENGTHS_MAGIC + np.uint64(len(counts)).tobytes() + counts.astype("<u4").tobytes()
+
+
+def decode_lengths(data: bytes, group_rows: np.ndarray, group_tokens: np.ndarray
+                   ) -> list[np.ndarray] | None:
+    """Cached token counts split by row group, or ``None`` when they cannot be the shard's:
+    another magic or size, or a row group whose counts do not add up to the tokens the index
+    records for it (the cache is a store object anyone may have written; what it can still
+    get wrong while adding up is caught where the counts are used: the loader checks each row
+    group's kept tokens against the view's index, and so does ``verify``)."""
+    rows = np.asarray(group_rows, dtype=np.int64)
+    if len(data) < 16 or data[:8] != LENGTHS_MAGIC:
+        return None
+    n = int(np.frombuffer(data[8:16], dtype="<u8")[0])
+    if n != int(rows.sum()) or len(data) != 16 + 4 * n:
+        return None
+    counts = np.frombuffer(data, dtype="<u4", offset=16).astype(np.int64)
+    bounds = np.concatenate([[0], np.cumsum(rows)])
+    out = [counts[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    if any(int(x.sum()) != int(t) for x, t in zip(out, group_tokens, strict=True)):
+        return None
+    return out

@@ -191,3 +191,42 @@ def test_masks_that_do_not_match_the_view_are_refused(web_en: Path, tmp_path: Pa
         build_dataloader(str(hostile), 2, 16, rank=0, world_size=1)
     report = verify(_store(hostile))
     assert {(p.path, p.kind) for p in report.problems} == {(m.view.masks_path, "corrupt")}
+
+
+def test_a_second_select_takes_token_counts_from_the_source_cache(
+        web: Path, web_en: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first select decoded the token counts of the shards it kept in part and cached
+    them in the source (``_doclens/``); another threshold reads signal columns only, and a
+    cache that does not add up to the index's counts is ignored and made again."""
+    caches = sorted((web / "_doclens").glob("*.u4"))
+    m = read_manifest(str(web))
+    assert [c.stem for c in caches] == sorted(Path(s.path).stem for s in shards_of(str(web), m))
+    uncached = tmp_path / "copy"
+    shutil.copytree(web, uncached / "web", ignore=shutil.ignore_patterns("_doclens"))
+    select(_store(uncached / "web"), "lang = 'de' OR lang_score < 0.9",
+           _store(uncached / "de"), progress=False)
+    want = read_manifest(str(uncached / "de"))
+
+    real = pq.ParquetFile.read_row_groups
+
+    def no_tokens(self, row_groups, columns=None, **kw):  # noqa: ANN001, ANN202
+        assert "input_ids" not in (columns or []), "select decoded token ids"
+        return real(self, row_groups, columns=columns, **kw)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(pq.ParquetFile, "read_row_groups", no_tokens)
+        select(_store(web), "lang = 'de' OR lang_score < 0.9", _store(web.parent / "de"),
+               progress=False)
+    got = read_manifest(str(web.parent / "de"))
+    assert (got.total_rows, got.total_tokens) == (want.total_rows, want.total_tokens)
+    assert got.index == want.index  # the same index bytes, counts and all
+    # a cache that lies about its counts: ignored, the counts decoded again and re-cached
+    needed = sorted((uncached / "web" / "_doclens").glob("*.u4"))  # what this select decodes
+    assert needed
+    lying = web / "_doclens" / needed[0].name
+    good = lying.read_bytes()
+    lying.write_bytes(good[:-4] + b"\x01\x00\x00\x00")
+    select(_store(web), "lang = 'de' OR lang_score < 0.9", _store(web.parent / "de"),
+           progress=False)
+    assert read_manifest(str(web.parent / "de")).index == want.index
+    assert lying.read_bytes() == good == needed[0].read_bytes()

@@ -65,6 +65,8 @@ def test_gc_of_the_source_after_a_rebuild_leaves_every_object_a_view_names(
     assert proc.returncode == 0, proc.stderr
     assert "kept versions: 1, 2 (--keep 1;" in proc.stdout
     assert all((root / "web" / p).is_file() for p in _view_objects(root / "web-en"))
+    assert all((root / "web" / "_doclens" / f"{Path(p).stem}.u4").is_file()
+               for p in _view_objects(root / "web-en") if p.startswith("shards/"))
     assert verify(_store(root / "web-en")).ok
     n = sum(1 for _ in build_dataloader(str(root / "web-en"), 2, 16, rank=0, world_size=1))
     assert n > 10
@@ -94,6 +96,12 @@ def test_a_pin_no_view_uses_goes_and_gc_of_a_view_removes_only_its_own(
     assert report.kept_versions == [2]
     removed = {r.path for r in report.removed}
     assert old <= removed and any(p.startswith("_views/web-en/") for p in removed)
+    # select's token-count cache goes with its shard, and stays with the others
+    gone = {f"_doclens/{Path(p).stem}.u4" for p in old if p.startswith("shards/")}
+    assert gone and gone <= removed
+    assert {p.name for p in (root / "web" / "_doclens").glob("*.u4")} == {
+        f"{Path(s.path).stem}.u4" for s in shards_of(str(root / "web"),
+                                                     read_manifest(str(root / "web")))}
     assert len(list((root / "web" / "_views" / "web-en").glob("*.json"))) == 1
     assert verify(_store(root / "web-en")).ok
 

@@ -12,11 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storage import UnsafePathError
+from storage.format.layout import doclens_name, doclens_shard
 from storage.format.manifest import Manifest, ManifestError
 from storage.format.view import (
     MaskFormatError,
     Masks,
     ViewRef,
+    decode_lengths,
+    encode_lengths,
     encode_masks,
     kept_counts,
     kept_tokens,
@@ -148,3 +151,24 @@ def test_kept_tokens_are_the_kept_documents_end_to_end(docs: list[tuple[int, boo
         at += n
     want = np.concatenate(parts) if parts else np.zeros(0, np.uint16)
     assert kept_tokens(ids, lengths, keep).tolist() == want.tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 5000), max_size=20), max_size=8))
+def test_cached_token_counts_round_trip_and_must_add_up(groups: list[list[int]]) -> None:
+    rows = np.array([len(g) for g in groups], dtype=np.int64)
+    toks = np.array([sum(g) for g in groups], dtype=np.int64)
+    data = encode_lengths(np.array([x for g in groups for x in g], dtype=np.int64))
+    got = decode_lengths(data, rows, toks)
+    assert got is not None and [x.tolist() for x in got] == groups
+    assert decode_lengths(data[:-1], rows, toks) is None
+    assert decode_lengths(b"XXXXXXXX" + data[8:], rows, toks) is None
+    if len(groups) and rows.sum():
+        assert decode_lengths(data, rows, toks + np.eye(len(groups), dtype=np.int64)[0]) is None
+
+
+def test_a_token_count_cache_is_named_after_its_shard() -> None:
+    shard = "shards/part-00007-0123456789abcdef.parquet"
+    assert doclens_name(shard) == "_doclens/part-00007-0123456789abcdef.u4"
+    assert doclens_shard(doclens_name(shard)) == shard
+    assert doclens_shard("_doclens/x.json") is None and doclens_shard("shards/a.u4") is None
