@@ -341,3 +341,15 @@ def test_a_partitions_report_survives_its_marker_and_a_rerun_reuses_it() -> None
     state.put(0, None)  # the marker turned out unusable: redone, its report with it
     assert state.get(0) is None and not state.reports
 
+
+
+def test_a_worker_reading_other_eval_bytes_refuses_to_run(tmp_path: Path) -> None:
+    from pipeline.steps.contract import StepError
+    from pipeline.steps.registry import build
+
+    files = _write_sets(tmp_path)
+    spec = PipelineConfig(decontaminate=files[0]).recipe.steps[-1]
+    assert build(spec).loaded.sha256 == dict(spec.options)["eval_sha256"]
+    Path(files[0]).write_text(json.dumps({"text": EVAL[1]}) + "\n")  # changed since the pin
+    with pytest.raises(StepError, match=r"science\.jsonl: their content .* is not the run's"):
+        build(spec)
