@@ -33,7 +33,7 @@ from pipeline.output import card_figures, card_markdown, card_plots
 from pipeline.output import signal_summary as sig
 from storage import Manifest, ReplicaSet, display_url, tokens
 from storage.format.checksums import digest_bytes
-from storage.format.layout import card_name
+from storage.format.layout import card_name, safe_relative
 
 README = "README.md"
 #: the decontamination report a run may leave in the dataset (read leniently, bounded)
@@ -87,16 +87,27 @@ class Report:
     problem: str | None = None
 
 
-def read_report(store: ReplicaSet) -> Report:
-    """``contamination.json`` parsed (read to a bound: it is untrusted input)."""
-    try:
-        data = store.get(REPORT, start=0, end=REPORT_MAX_BYTES + 1)
-    except FileNotFoundError:
+def read_report(store: ReplicaSet, manifest: Manifest) -> Report:
+    """The decontamination report of this version: the one ``stats.contamination`` names
+    (``pipeline.output.contamination``: ``report``, its ``sha256``), read to a bound (it is
+    untrusted input) and checked against that sha256, since the file at the root is whichever
+    run wrote it last. Nothing recorded: no report, whatever file lies there."""
+    recorded = manifest.stats.get("contamination")
+    if not isinstance(recorded, dict):
         return Report()
-    except OSError as exc:
+    name, sha = recorded.get("report", REPORT), recorded.get("sha256")
+    try:
+        path = safe_relative(name) if isinstance(name, str) else REPORT
+        data = store.get(path, start=0, end=REPORT_MAX_BYTES + 1)
+    except FileNotFoundError:
+        return Report(problem=f"{REPORT}, which the manifest names, is missing")
+    except (OSError, ValueError) as exc:
         return Report(problem=f"{REPORT} cannot be read ({type(exc).__name__})")
     if len(data) > REPORT_MAX_BYTES:
         return Report(problem=f"{REPORT} is larger than {REPORT_MAX_BYTES:,} bytes; not read")
+    if isinstance(sha, str) and digest_bytes(data) != sha:
+        return Report(problem=f"{REPORT} is not this version's (its sha256 is not the one the "
+                              "manifest records: a later run's); not read")
     try:
         return Report(json.loads(data.decode("utf-8")))
     except (UnicodeDecodeError, ValueError):
@@ -190,18 +201,19 @@ def write_at_commit(store: ReplicaSet, manifest: Manifest, log: TextIO) -> None:
     """What the job does before its commit: build and put the card of the version it is about
     to commit, saying where and how long it took. A card that cannot be made never stops
     a commit: one warning line, and ``python -m pipeline card`` makes it later."""
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     try:
         # as readers will see it: read back from its bytes (its dicts in the JSON's sorted
         # order, not the order the run filled them in), so `pipeline card` writes the same
         manifest = Manifest.from_json(manifest.to_json())
-        card = build(store, manifest, report=read_report(store))
+        card = build(store, manifest, report=read_report(store, manifest))
         write(store, card)
     except Exception as exc:  # the dataset matters more than its card
         print(f"shardflow: warning: the dataset card was not written ({type(exc).__name__}: "
               f"{exc}); `python -m pipeline card` writes it", file=log)
         return
-    print(f"card: {card.describe()} in {time.perf_counter() - start:.2f} s", file=log)
+    print(f"card: {card.describe()} in {time.perf_counter() - start:.2f} s "
+          f"({time.process_time() - cpu:.2f} s CPU)", file=log)
 
 
 @dataclass(frozen=True)
@@ -232,7 +244,7 @@ def rebuild(store: ReplicaSet, url: str, rows: int = DEFAULT_SAMPLE_ROWS, wait: 
     lease = hold_replicas(store, "card", wait=wait, log=log or sys.stderr)
     try:
         manifest = store.read_manifest()
-        card = build(store, manifest, rows, read_report(store))
+        card = build(store, manifest, rows, read_report(store, manifest))
         lease.check()
         missed = write(store, card)
     finally:

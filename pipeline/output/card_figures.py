@@ -108,6 +108,8 @@ class EvalSet:
     documents: int | None = None
     ngrams: int | None = None
     examples: tuple[str, ...] = ()
+    #: examples in the evaluation set (the report's ``eval_examples``)
+    eval_examples: int | None = None
 
 
 @dataclass(frozen=True)
@@ -293,7 +295,8 @@ def contamination(stats: Mapping[str, Any], report: Any) -> tuple[EvalSet, ...] 
         hit = _first_int(d, ("documents", "documents_hit", "hits", "docs"))
         out.append(EvalSet(name, dropped.get(name), hit if hit is not None else found.get(name),
                            _first_int(d, ("ngrams", "matched_ngrams", "ngrams_matched")),
-                           tuple(_example(e) for e in _list(d.get("examples"))[:3])))
+                           tuple(_example(e) for e in _list(d.get("examples"))[:3]),
+                           _first_int(d, ("eval_examples",))))
     return tuple(out)
 
 
@@ -301,7 +304,15 @@ _SET_KEYS = ("documents", "documents_hit", "hits", "docs", "examples", "ngrams")
 
 
 def _report_sets(report: Any) -> dict[str, dict[str, Any]]:
-    """The report's sets by name, whichever of the shapes :func:`contamination` reads."""
+    """The report's sets by name, whichever of the shapes :func:`contamination` reads, the
+    run's own first (``{"format": "shardflow.contamination/1", "steps": {step: {"sets":
+    {name: {...}}}}}``: :mod:`pipeline.output.contamination`)."""
+    if isinstance(report, dict) and isinstance(report.get("steps"), dict):
+        out: dict[str, dict[str, Any]] = {}
+        for entry in report["steps"].values():
+            if isinstance(entry, dict) and isinstance(entry.get("sets"), dict):
+                out.update({str(n): d for n, d in entry["sets"].items() if isinstance(d, dict)})
+        return out
     inner = report.get("sets", report.get("eval_sets", report)) if isinstance(report, dict) \
         else report
     if isinstance(inner, list):

@@ -226,9 +226,15 @@ def _decontamination(f: Figures) -> list[str]:
     if f.decontamination is None:
         return [*out, "No decontamination was recorded for this dataset (no "
                 "`decontaminate.<set>` counts in the manifest, no `contamination.json`).", ""]
-    out += _table(["evaluation set", "documents dropped", "documents hit", "n-grams matched"],
-                  [[cell(e.name), _opt(e.dropped), _opt(e.documents), _opt(e.ngrams)]
-                   for e in f.decontamination], right=(1, 2, 3))
+    out += ["Documents sharing word n-grams with an evaluation set (`decontaminate` step; "
+            "hits in annotate mode are flagged in its signal columns, not dropped).", ""]
+    columns = [("examples in it", "eval_examples"), ("documents hit", "documents"),
+               ("documents dropped", "dropped"), ("n-grams matched", "ngrams")]
+    shown = [(head, key) for head, key in columns  # a column no set has a value in: left out
+             if any(getattr(e, key) is not None for e in f.decontamination)]
+    out += _table(["evaluation set", *(head for head, _ in shown)],
+                  [[cell(e.name), *(_opt(getattr(e, key)) for _, key in shown)]
+                   for e in f.decontamination], right=tuple(range(1, len(shown) + 1)))
     for e in f.decontamination:
         if e.examples:
             out += [f"Examples from `{code(e.name)}`:", ""]

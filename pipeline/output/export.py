@@ -232,7 +232,7 @@ def export(store: ReplicaSet, output: str, fmt: str,
     if fmt == "hf":  # the version's dataset card, pictures beside it, with the Hub's YAML
         from pipeline.output import card  # imported late: matplotlib, when installed
 
-        built = card.build(store, manifest, report=card.read_report(store))
+        built = card.build(store, manifest, report=card.read_report(store, manifest))
         for name in built.pictures:
             write_atomic(out, name, built.files[name])
         readme = (front_matter(names) + built.files[card.README].decode("utf-8")

@@ -296,26 +296,36 @@ def test_export_hf_carries_the_card_and_its_pictures(web: Path, tmp_path: Path) 
         assert (tmp_path / "hf" / name).read_bytes() == (_card_dir(web) / name).read_bytes()
 
 
-def test_the_card_reports_decontamination_from_contamination_json(tiny_dataset: str,
-                                                                   tmp_path: Path) -> None:
+def test_the_card_reports_what_decontamination_found(corpus_dir: Path, tmp_path: Path) -> None:
+    """A run with --decontaminate and a passage of Hamlet planted in an eval set (changed
+    case and punctuation): the card's row is the manifest's count and the report's."""
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    (evals / "planted.jsonl").write_text(json.dumps({"text": (
+        "FELL INTO A SADNESS, then into a fast; thence to a watch -- thence into a weakness; "
+        "thence to a lightness")}) + "\n" + json.dumps({"text": "nothing of the plays here "
+        "at all, only words that no play of these three has in this order ever"}) + "\n")
+    (evals / "clean.jsonl").write_text(json.dumps({"text": " ".join(
+        f"word{i}" for i in range(40))}) + "\n")
+    out = tmp_path / "ds"
+    run(PipelineConfig(inputs=[str(corpus_dir / "hamlet_gut.txt")], output=str(out),
+                       workers=1, dashboard_address="127.0.0.1:0",
+                       decontaminate=f"{evals}/*.jsonl"), progress=False)
+    m = read_manifest(str(out))
+    found = m.stats["contamination"]["documents"]
+    assert found == {"decontaminate.planted": 1, "decontaminate.clean": 0}
+    text = (_card_dir(out) / README).read_text()
+    rows = {r[0]: r[1:] for r in _table(text, "## Decontamination")}
+    assert rows == {"clean": ["1", "0", "-"], "planted": ["2", "1", "1"]}
+    assert "fell into a sadness then into a fast" in text  # the report's matched n-gram
+    dropped = {r[0]: r[1] for r in _table(text, "### Dropped, by reason")}
+    assert dropped["decontaminate.planted"] == "decontaminate"
+    # a report at the root that is not the version's (a later run's) is not shown as its
+    (out / "contamination.json").write_text(json.dumps({"format": "x", "steps": {}}))
     from pipeline.output.card import rebuild
 
-    ds = tmp_path / "tiny"
-    shutil.copytree(tiny_dataset, ds)
-    (ds / "contamination.json").write_text(json.dumps({"decontaminate": {
-        "mmlu": {"documents": 2, "examples": [
-            {"id": "hamlet_gut.txt:10", "source": "hamlet_gut.txt:10",
-             "ngrams": ["to be or not to be that is the question whether tis nobler in"]},
-            {"id": "x|<b>", "ngrams": ["a | b"]}]},
-        "gsm8k": {"documents": 0, "examples": []}}}))
-    rebuild(ReplicaSet.from_urls([str(ds)]), str(ds))
-    text = (_card_dir(ds) / README).read_text()
+    rebuild(ReplicaSet.from_urls([str(out)]), str(out))
+    text = (_card_dir(out) / README).read_text()
+    assert "contamination.json is not this version's" in text
     rows = {r[0]: r[1:] for r in _table(text, "## Decontamination")}
-    assert rows == {"gsm8k": ["-", "0", "-"], "mmlu": ["-", "2", "-"]}
-    assert "- hamlet\\_gut.txt:10: to be or not to be" in text or \
-        "- hamlet_gut.txt:10: to be or not to be" in text
-    assert "<b>" not in text
-    (ds / "contamination.json").write_text("{not json")
-    rebuild(ReplicaSet.from_urls([str(ds)]), str(ds))
-    text = (_card_dir(ds) / README).read_text()
-    assert "Note: contamination.json is not JSON; not read." in text
+    assert rows["planted"] == ["1", "1"]  # the manifest's own counts remain
