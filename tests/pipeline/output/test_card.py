@@ -329,3 +329,20 @@ def test_the_card_reports_what_decontamination_found(corpus_dir: Path, tmp_path:
     assert "contamination.json is not this version's" in text
     rows = {r[0]: r[1:] for r in _table(text, "## Decontamination")}
     assert rows["planted"] == ["1", "1"]  # the manifest's own counts remain
+
+
+def test_the_card_of_a_view_counts_its_kept_documents(web: Path) -> None:
+    view = web.parent / "web-en"
+    proc = _cli("select", str(web), "--where", "lang = 'en'", "--output", str(view),
+                "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    proc = _cli("card", str(view))
+    assert proc.returncode == 0, proc.stderr
+    m = read_manifest(str(view))
+    text = (_card_dir(view) / README).read_text()
+    assert "## A view" in text and "where `lang = 'en'`" in text
+    assert "## Documents through the steps" not in text  # select chose them, not steps
+    rows = _table(text, "## Languages")
+    assert [(r[0], _n(r[1])) for r in rows] == [("en", m.total_rows)]
+    assert _n(dict(_table(text, f"# {view.name}"))["tokens"]) == m.total_tokens
+    assert sum(_n(r[1]) for r in _table(text, "## Near-duplicate clusters")) == m.total_rows
