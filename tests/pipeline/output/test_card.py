@@ -346,3 +346,18 @@ def test_the_card_of_a_view_counts_its_kept_documents(web: Path) -> None:
     assert [(r[0], _n(r[1])) for r in rows] == [("en", m.total_rows)]
     assert _n(dict(_table(text, f"# {view.name}"))["tokens"]) == m.total_tokens
     assert sum(_n(r[1]) for r in _table(text, "## Near-duplicate clusters")) == m.total_rows
+
+
+def test_pipeline_card_writes_every_replica(tiny_dataset: str, tmp_path: Path) -> None:
+    a, b = tmp_path / "a" / "tiny", tmp_path / "b" / "tiny"
+    for d in (a, b):
+        shutil.copytree(tiny_dataset, d)
+        shutil.rmtree(d / "card")
+    proc = _cli("card", str(a), "--replica", str(b), "--sample-rows", "1000")
+    assert proc.returncode == 0, proc.stderr
+    files = {p.name: p.read_bytes() for p in _card_dir(a).iterdir()}
+    assert files == {p.name: p.read_bytes() for p in _card_dir(b).iterdir()}
+    text = files[README].decode()
+    m = read_manifest(str(a))
+    assert f"From an evenly spaced sample of {1000:,} of the {m.total_rows:,} documents" in text
+    assert not (a / "_lease.json").exists() and not (b / "_lease.json").exists()
