@@ -112,3 +112,12 @@ def test_markdown_from_a_crafted_manifest_stays_in_its_cells() -> None:
     for line in text.splitlines():
         if line.startswith("|"):  # every table row keeps its column count
             assert line.replace("\\|", "").count("|") in (3, 5, 6, 7), line
+
+
+def test_pictures_can_be_turned_off_by_the_environment(monkeypatch) -> None:  # noqa: ANN001
+    from pipeline.output import card_plots
+
+    monkeypatch.setenv(card_plots.ENV_PLOTS, "0")
+    assert card_plots.available() == f"pictures turned off ({card_plots.ENV_PLOTS}=0)."
+    monkeypatch.setenv(card_plots.ENV_PLOTS, "1")
+    assert card_plots.available() is None  # matplotlib is installed here (the dev extra)
