@@ -361,3 +361,29 @@ def test_pipeline_card_writes_every_replica(tiny_dataset: str, tmp_path: Path) -
     m = read_manifest(str(a))
     assert f"From an evenly spaced sample of {1000:,} of the {m.total_rows:,} documents" in text
     assert not (a / "_lease.json").exists() and not (b / "_lease.json").exists()
+
+
+def test_pipeline_card_on_s3_writes_the_same_card(tiny_dataset: str, s3_bucket) -> None:  # noqa: ANN001
+    """The dataset's objects copied to a real S3 bucket (loopback): the card is read through
+    the S3 client and put with the store's put, and only its URL differs."""
+    from pipeline.output.card import rebuild
+    from storage import resolve
+
+    opts = s3_bucket.storage_options
+    url = f"{s3_bucket.url}/tiny"
+    remote = resolve(url, opts)
+    local = Path(tiny_dataset)
+    for path in sorted(local.rglob("*")):
+        rel = path.relative_to(local).as_posix()
+        if path.is_file() and not rel.startswith(("card/", "_lease")):
+            remote.fs.pipe_file(remote.path(rel), path.read_bytes())
+    summary = rebuild(ReplicaSet.from_urls([url], opts), url)
+    where = f"card/{_card_dir(local).name}"
+    assert summary.card.readme == f"{where}/README.md"
+    for path in _card_dir(local).iterdir():
+        got = remote.fs.cat_file(remote.path(f"{where}/{path.name}"))
+        want = path.read_bytes()
+        if path.name == README:
+            got, want = got.replace(url.encode(), b"URL"), want.replace(
+                str(local).encode(), b"URL")
+        assert got == want, path.name
