@@ -37,6 +37,11 @@ pytestmark = pytest.mark.slow
 NESTED = b"<html><body>" + b"<div>" * 1_000_000 + b"deep</body></html>"
 
 
+#: a run slower than this stalled (a speed is a benchmark's business: ~10-25 s on an idle
+#: 2-core machine, 61 s measured at load 8; rc 0 is what shows the page no longer ends runs)
+STALL_S = 180
+
+
 def _slow(paragraphs: int) -> bytes:
     """A page the complexity check admits (every <p> 123 deep): ~1 s of extraction a
     100,000 paragraphs here."""
@@ -116,7 +121,7 @@ def test_a_million_nested_divs_are_quarantined_and_the_run_commits(tmp_path: Pat
     done, took = _cli(crawl, out, workers=2)
     assert done.returncode == 0, done.stderr
     print(f"run with the nested page: {took:.1f} s")
-    assert took < 60, took
+    assert took < STALL_S, took
     assert read_manifest(str(out)).stats["quarantined"] == {"extract_too_complex": 1}
     (record,) = _quarantined(out)
     assert record["source"] == f"{crawl / 'a.warc.gz'}@{offset}"
@@ -140,7 +145,7 @@ def test_a_page_that_ends_its_worker_is_isolated_and_quarantined_alone(tmp_path:
         done, took = _cli(crawl, out, workers, env)
         assert done.returncode == 0, done.stderr
         print(f"{workers} workers: {took:.1f} s")
-        assert took < 60, took
+        assert took < STALL_S, took
         lost = [ln for ln in done.stderr.splitlines() if "shardflow: warning: lost worker" in ln]
         assert len(lost) == 1, done.stderr
         assert "phase 1 of partition 0 " in done.stderr and \
