@@ -188,7 +188,7 @@ def select(url: Annotated[str, Parameter(name="SRC")], /, *,
         the dataset (or view) to select from
     where
         a SQL WHERE condition over the metadata and signal columns, e.g.
-        "lang = 'en' AND \"gopher_quality.word_count\" >= 50" (quote a column with dots in
+        "lang = 'en' AND \"gopher_quality.n_words\" >= 50" (quote a column with dots in
         double quotes; strings in single quotes): comparisons, AND/OR/NOT, IN, IS NULL,
         BETWEEN, LIKE, arithmetic
     output
