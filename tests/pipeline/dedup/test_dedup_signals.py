@@ -14,54 +14,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.config import PipelineConfig
-from pipeline.dedup import KIND_EXACT, KIND_NEAR, components, content_key, entries, shuffle
+from pipeline.dedup import components, shuffle
 from pipeline.dedup import signals as sig
 from pipeline.driver.job import run
 from pipeline.tasks import work
 from storage import ReplicaSet, read_manifest, shards_of
+from tests.pipeline.dedup._partitions import Doc, flaky, write_partitions
 
 DEDUP_COLUMNS = [sig.EXACT_COUNT, sig.CLUSTER_ID, sig.CLUSTER_SIZE]
-
-#: a document: its text (equal ints, equal texts) and its band values (shared: candidates)
-Doc = tuple[int, frozenset[int]]
-
-
-def _flaky(rnd: random.Random) -> shuffle.Mapper:
-    """Tasks in any order, some run twice (a worker lost after writing its files)."""
-    def tasks(name, fn, args):  # noqa: ANN001, ANN202
-        out: list = [None] * len(args)
-        order = list(range(len(args)))
-        rnd.shuffle(order)
-        for i in order:
-            if rnd.random() < 0.3:
-                fn(*args[i])
-            out[i] = fn(*args[i])
-        return out
-    return tasks
-
 
 def _notes_through_the_store(store: ReplicaSet, docs: list[Doc], cuts: list[int],
                              buckets: int, target: int, rnd: random.Random
                              ) -> tuple[dict[tuple[int, int], int], dict[int, tuple[int, int]]]:
     """``({(document, kind): value}, {document: (exact_count, cluster_size)} of the kept
     ones)``, documents numbered in input order, ``cuts`` the partition sizes."""
-    bounds, at = [], 0
-    for size in cuts:
-        bounds.append((at, min(len(docs), at + size)))
-        at = bounds[-1][1]
-    bounds.append((at, len(docs)))
-    names, per_part = [], []
-    for p, (lo, hi) in enumerate(bounds):
-        keys, pos, kinds = [], [], []
-        for i in range(lo, hi):
-            text, bands = docs[i]
-            keys += [content_key(str(text))] + [content_key(f"band {b}") for b in sorted(bands)]
-            pos += [i - lo] * (1 + len(bands))
-            kinds += [KIND_EXACT] + [KIND_NEAR] * len(bands)
-        names.append(f"p{p}")
-        per_part.append(len(keys))
-        work.save_array(store, work.keys_path(names[-1]), entries(keys, pos, kinds))
-    where = shuffle.run(_flaky(rnd), store, f"run{rnd.random()}", names, per_part, buckets,
+    bounds, names, per_part = write_partitions(store, docs, cuts)
+    where = shuffle.run(flaky(rnd), store, f"run{rnd.random()}", names, per_part, buckets,
                         target, signals=True).drops
     notes, kept = {}, {}
     for p, (lo, hi) in enumerate(bounds):

@@ -24,6 +24,7 @@ from pipeline.dedup import (
 )
 from pipeline.tasks import work
 from storage import ReplicaSet
+from tests.pipeline.dedup._partitions import Doc, flaky, write_partitions
 
 
 def _keys(vals: list[int], part: int = 0, near: bool = False) -> np.ndarray:
@@ -93,50 +94,15 @@ def test_shuffle_sizes_bound_the_tasks_and_their_number(total_keys: int) -> None
     assert total_keys // per_task + 1 <= shuffle.MAX_TASKS + 1
 
 
-#: a document: its text (equal ints, equal texts) and its MinHash band values
-Doc = tuple[int, frozenset[int]]
-
-
-def _flaky(rnd) -> shuffle.Mapper:
-    """A mapper whose tasks run in any order, some twice (a worker lost after writing)."""
-    def tasks(name, fn, args):
-        out: list = [None] * len(args)
-        order = list(range(len(args)))
-        rnd.shuffle(order)
-        for i in order:
-            if rnd.random() < 0.3:
-                fn(*args[i])  # ran, then its result was lost: the task runs again
-            out[i] = fn(*args[i])
-        return out
-    return tasks
-
-
 def _survivors_through_the_store(store: ReplicaSet, docs: list[Doc], cuts: list[int],
                                  buckets: int, target: int, rnd,
                                  sketches: np.ndarray | None = None) -> dict[int, int]:
     """``{document: kind}`` of the drops, documents numbered in input order, ``cuts`` the
     partition sizes (the last partition takes the rest); with ``sketches`` (a row per
     document), phase 1's sketch files too, and candidates verified at :data:`THRESHOLD`."""
-    bounds, at = [], 0
-    for size in cuts:
-        bounds.append((at, min(len(docs), at + size)))
-        at = bounds[-1][1]
-    bounds.append((at, len(docs)))
-    names, per_part = [], []
-    for p, (lo, hi) in enumerate(bounds):
-        keys, pos, kinds = [], [], []
-        for i in range(lo, hi):
-            text, bands = docs[i]
-            keys += [content_key(str(text))] + [content_key(f"band {b}") for b in sorted(bands)]
-            pos += [i - lo] * (1 + len(bands))
-            kinds += [KIND_EXACT] + [KIND_NEAR] * len(bands)
-        names.append(f"p{p}")
-        per_part.append(len(keys))
-        work.save_array(store, work.keys_path(names[-1]), entries(keys, pos, kinds))
-        if sketches is not None:
-            work.save_array(store, work.sketches_path(names[-1]), sketches[lo:hi].ravel())
+    bounds, names, per_part = write_partitions(store, docs, cuts, sketches)
     verified = {} if sketches is None else {"threshold": THRESHOLD, "perms": PERMS}
-    where = shuffle.run(_flaky(rnd), store, f"run{rnd.random()}", names, per_part, buckets,
+    where = shuffle.run(flaky(rnd), store, f"run{rnd.random()}", names, per_part, buckets,
                         target, **verified).drops
     out = {}
     for p, (lo, _hi) in enumerate(bounds):
