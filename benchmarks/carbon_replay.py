@@ -22,7 +22,7 @@ at-once total) over all submission hours (perfect forecast); ``missed_deadlines`
 of either forecast that finished after their deadline.
 
 Also measured (``overhead``): what the energy accounting costs where it runs: one
-``storage.energy.snapshot()`` (read on the driver, on every worker per sample and on each rank
+``infra.energy.snapshot()`` (read on the driver, on every worker per sample and on each rank
 per logging interval), the gate's decision per admitted task, and one ``client.run`` sample of
 a 2-worker LocalCluster (every 30 s in a pipeline run), medians, against the interval each is
 paid once per.
@@ -45,8 +45,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_utils import RESULTS, write_results  # noqa: E402
+from infra.energy import Segment, snapshot  # noqa: E402
 from pipeline.driver.carbon import CarbonGate  # noqa: E402
-from storage.energy import Segment, snapshot  # noqa: E402
 
 TRACE = Path(__file__).resolve().parent / "data" / "caiso_2022-01-01_7d_hourly.csv"
 H = 3600.0

@@ -48,12 +48,12 @@ from torch.distributed.checkpoint.state_dict import get_state_dict  # noqa: E402
 
 from benchmarks.bench_utils import RESULTS, write_results  # noqa: E402
 from storage import resolve  # noqa: E402
-from trainer.checkpoint import Checkpointer, load_checkpoint  # noqa: E402
-from trainer.delta import HEADER  # noqa: E402
-from trainer.delta_dcp import delta_writer  # noqa: E402
+from trainer.checkpoint.checkpointer import Checkpointer, load_checkpoint  # noqa: E402
+from trainer.checkpoint.delta import HEADER  # noqa: E402
+from trainer.checkpoint.delta_dcp import delta_writer  # noqa: E402
+from trainer.checkpoint.safe_metadata import load_metadata  # noqa: E402
 from trainer.model import GPT, GPTConfig  # noqa: E402
 from trainer.optim import build_optimizer  # noqa: E402
-from trainer.safe_metadata import load_metadata  # noqa: E402
 
 PRESETS = {"small": dict(vocab_size=8192, max_seq_len=64, n_layers=4, d_model=128, n_heads=4),
            "tiny": dict(vocab_size=1024, max_seq_len=32, n_layers=2, d_model=64, n_heads=2)}
@@ -179,8 +179,8 @@ def alt_codecs(base_dir: Path, model: GPT, opt: torch.optim.Optimizer) -> dict[s
     """Other schemes on the same (base, new) pairs: XOR + byte planes (the first codec), XOR
     + zstd without the byte planes, the integer difference with bit planes, and plain zstd of
     the full checkpoint's data file; bytes by state."""
-    from trainer.delta import split_planes, sub_zigzag
-    from trainer.delta_dcp import BaseCheckpoint, tensor_bytes
+    from trainer.checkpoint.delta import split_planes, sub_zigzag
+    from trainer.checkpoint.delta_dcp import BaseCheckpoint, tensor_bytes
 
     base = BaseCheckpoint(resolve(str(base_dir)))
     model_sd, optim_sd = get_state_dict(model, opt)
@@ -246,8 +246,8 @@ def alt_codecs(base_dir: Path, model: GPT, opt: torch.optim.Optimizer) -> dict[s
 def previous_codec() -> Any:
     """Deltas written as the first codec wrote them (XOR + byte planes + zstd; non-tensor
     values stored whole every time), to compare with in the same run."""
-    import trainer.delta_dcp as dd
-    from trainer.delta import SAME, XOR, encode_bytes, encode_tensor, split_planes
+    import trainer.checkpoint.delta_dcp as dd
+    from trainer.checkpoint.delta import SAME, XOR, encode_bytes, encode_tensor, split_planes
 
     def xor_record(new: Any, base: Any, itemsize: int, level: int = 3, *,
                    bf16: bool = False) -> bytes:

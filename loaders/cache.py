@@ -54,8 +54,8 @@ from pathlib import Path
 
 import numpy as np
 
+from infra.process.local import ProcessLocal
 from storage.format.checksums import piece_matches
-from storage.io.process_local import ProcessLocal
 
 #: Default size limit: room for a mid-sized dataset's token chunks on a trainer's local disk;
 #: pass ``cache_bytes`` for more or less.

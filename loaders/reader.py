@@ -40,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from infra.process.local import ProcessLocal
 from loaders.cache import ChunkCache
 from loaders.decode import TokenChunks
 from loaders.row_groups import RowGroupIndex
@@ -56,9 +57,8 @@ from storage.format.index import digest_hex
 from storage.format.layout import UnsafePathError
 from storage.format.view import Masks, kept_tokens
 from storage.io.clients import read_range
-from storage.io.local_paths import check_read
-from storage.io.process_local import ProcessLocal
-from storage.io.replicas import InvalidObjectError
+from storage.io.local.paths import check_read
+from storage.io.replicas.replica_set import InvalidObjectError
 
 __all__ = ["RowGroupIndex", "TokenReader"]
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from infra.process.local import ProcessLocal
 from loaders import shared_index
 from storage import Manifest, ManifestError, ReplicaSet, tokens
 from storage.format.checksums import SHA256, piece_key
@@ -41,7 +42,6 @@ from storage.format.index import (
     shard_paths,
 )
 from storage.io.index_store import WHOLE_OBJECT_BYTES, PieceCache, fetch_columns
-from storage.io.process_local import ProcessLocal
 
 
 @dataclass(frozen=True)

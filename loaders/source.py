@@ -27,6 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from infra.process.local import ProcessLocal, none
 from loaders import plan, shared_index
 from loaders.cache import ChunkCache
 from loaders.coalesce import run_per_lane_bytes
@@ -35,7 +36,6 @@ from loaders.reader import RowGroupIndex, TokenReader
 from loaders.settings import LoaderSettings
 from loaders.state import PLAN_DEFAULTS, check_state
 from storage import Manifest, ReplicaSet
-from storage.io.process_local import ProcessLocal, none
 from storage.io.view_store import read_masks, source_store
 
 

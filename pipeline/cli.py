@@ -4,7 +4,7 @@ rewrites one, ``select`` makes a view of one, ``card`` writes a version's datase
 ``train-classifier`` trains a fastText quality classifier for the ``fasttext`` step.
 
 ``run``'s flags are :class:`pipeline.config.PipelineConfig`'s fields, made into flags by the
-shared mechanism of :mod:`storage.config` (cyclopts), so every knob has a flag, a ``--config``
+shared mechanism of :mod:`infra.config` (cyclopts), so every knob has a flag, a ``--config``
 key of the same name, an environment override ``SHARDFLOW_PIPELINE_<FIELD>`` and a line in
 ``--help``. Precedence: flags, then the ``--config`` file, then the environment, then the
 defaults.
@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 
 from cyclopts import Parameter
 
+from infra.config import ConfigFlag, make_app, parse
 from pipeline.config import DEFAULT_OUTPUT, PipelineConfig
 from pipeline.driver.worker_setup import WorkerImportError
 from pipeline.records import InputError, StrictModeError
@@ -34,7 +35,7 @@ from storage import (
     redact,
 )
 from storage.admin.versions import history, render_history
-from storage.config import ConfigFlag, ReplicaFlags, make_app, parse
+from storage.io.replicas.flags import ReplicaFlags
 from storage.io.retry import is_store_error
 
 app = make_app(

@@ -8,7 +8,7 @@ to the code they configure.
 the flags stay one flat set with the names they always had, while each part's options and
 checks sit with its code. Each field states its default once and carries its help text
 (:func:`pipeline.config_field.flag`); ``python -m pipeline run`` (:mod:`pipeline.cli`) gets
-``--flag-name`` for every field through the shared mechanism of :mod:`storage.config`,
+``--flag-name`` for every field through the shared mechanism of :mod:`infra.config`,
 ``--config pipeline.toml|.yaml|.json`` accepts the same names (``text-field`` or
 ``text_field``) and ``SHARDFLOW_PIPELINE_TEXT_FIELD`` overrides the default. Fields marked
 ``NOT_A_FLAG`` are set by the CLI from its own flags (``INPUT``, ``--output``, the replica

@@ -4,7 +4,7 @@ flag and whether the manifest records it.
 The fields live in small dataclasses next to the code they configure (the cleaning step's
 flags in :mod:`pipeline.steps.cleaning`, dedup's in :mod:`pipeline.dedup.flags`, ...);
 :class:`pipeline.config.PipelineConfig` composes them into the one flat set of flags,
-``--config`` keys and ``SHARDFLOW_PIPELINE_*`` overrides (:mod:`storage.config`), so every flag
+``--config`` keys and ``SHARDFLOW_PIPELINE_*`` overrides (:mod:`infra.config`), so every flag
 keeps its name wherever its field is declared.
 """
 

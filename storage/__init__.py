@@ -30,7 +30,7 @@ _WHERE = {
     "write_index": "storage.io.index_store",
     "read_manifest": "storage.io.manifest_store", "write_manifest": "storage.io.manifest_store",
     **dict.fromkeys(("ChecksumMismatchError", "QuorumError", "ReplicaError", "ReplicaSet"),
-                    "storage.io.replicas"),
+                    "storage.io.replicas.replica_set"),
     **dict.fromkeys(("Location", "display_url", "redact", "resolve"), "storage.io.urls"),
 }
 _MODULES = {"tokens": "storage.format.tokens"}
@@ -99,5 +99,10 @@ if TYPE_CHECKING:  # what a type checker and an IDE see: the same names, eagerly
     from storage.io.atomic import write_atomic
     from storage.io.index_store import objects_of, shards_of, write_index
     from storage.io.manifest_store import read_manifest, write_manifest
-    from storage.io.replicas import ChecksumMismatchError, QuorumError, ReplicaError, ReplicaSet
+    from storage.io.replicas.replica_set import (
+        ChecksumMismatchError,
+        QuorumError,
+        ReplicaError,
+        ReplicaSet,
+    )
     from storage.io.urls import Location, display_url, redact, resolve

@@ -1,5 +1,5 @@
 """The docs stay true to the code: the README's commands and flags exist, and docs/design.md's
-module map names every module of the four packages and only files that exist."""
+module map names every module of the five packages and only files that exist."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DESIGN = ROOT / "docs" / "design.md"
-PACKAGES = ("storage", "pipeline", "loaders", "trainer")
+PACKAGES = ("infra", "storage", "pipeline", "loaders", "trainer")
 
 #: flags of other tools that the README mentions (torchrun's, pip's, `dask worker`'s)
 FOREIGN_FLAGS = {"--nproc-per-node", "--max-restarts", "--nnodes", "--rdzv-backend",

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-OURS = {"storage", "pipeline", "loaders", "trainer", "loopback_s3"}
-ALLOWED = {"storage": set(), "pipeline": {"storage"}, "loaders": {"storage"},
-           "trainer": {"loaders", "storage"},
+OURS = {"infra", "storage", "pipeline", "loaders", "trainer", "loopback_s3"}
+#: infra (shared machinery: the config mechanism, user files, processes, energy) is below all
+ALLOWED = {"infra": set(), "storage": {"infra"}, "pipeline": {"storage", "infra"},
+           "loaders": {"storage", "infra"}, "trainer": {"loaders", "storage", "infra"},
            # the loopback S3 servers (tests and demos, not in the wheel): nothing of ours
            "loopback_s3": set()}
 FORBIDDEN_THIRD_PARTY = {"loaders": {"dask", "distributed"}, "trainer": {"dask", "distributed"}}
@@ -20,7 +21,7 @@ FORBIDDEN_THIRD_PARTY = {"loaders": {"dask", "distributed"}, "trainer": {"dask",
 #: storage's subpackages and which of them each may import (docs/design.md, "Packages")
 STORAGE_LAYERS = {"format": {"format"}, "io": {"format", "io"},
                   "admin": {"format", "io", "admin", "config"},
-                  # storage/config.py, the CLIs' shared configuration: above io/, below admin/
+                  # infra/config.py, the CLIs' shared configuration: above io/, below admin/
                   "config": {"format", "io"},
                   # energy and carbon (meter, signal, planner): beside the others, needing none
                   "energy": {"energy"}}
@@ -132,7 +133,7 @@ def layering_violations(graph: dict[str, list[tuple[str, str, int]]]) -> list[st
     for module, targets in graph.items():
         parts = module.split(".")
         layer = (parts[1] if len(parts) > 2 and parts[1] in STORAGE_LAYERS
-                 else "config" if module == "storage.config" else None)
+                 else "config" if module == "infra.config" else None)
         for target, name, line in targets:
             where = f"{module} (line {line}) imports {name} from {target}"
             tparts = target.split(".")
@@ -154,9 +155,11 @@ def test_storage_subpackages_keep_their_layers() -> None:
     assert not bad, "\n".join(bad)
 
 
-def test_storage_has_no_import_loops() -> None:
-    cycles = import_cycles(package_imports(ROOT, "storage"))
-    assert not cycles, "import loops in storage: " + "; ".join(" -> ".join(c) for c in cycles)
+@pytest.mark.parametrize("package", sorted(OURS))
+def test_no_package_has_import_loops(package: str) -> None:
+    cycles = import_cycles(package_imports(ROOT, package))
+    assert not cycles, f"import loops in {package}: " + "; ".join(
+        " -> ".join(c) for c in cycles)
 
 
 def test_the_checks_catch_a_loop_a_layer_breach_and_a_private_import(tmp_path: Path) -> None:

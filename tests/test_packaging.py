@@ -56,12 +56,12 @@ def _pip_install(python: Path, requirement: str) -> list[str]:
             "--no-compile", requirement]
 
 
-def test_wheel_holds_the_four_packages_and_no_test_servers(venv: tuple[Path, Path]) -> None:
+def test_wheel_holds_the_five_packages_and_no_test_servers(venv: tuple[Path, Path]) -> None:
     """The loopback S3 servers (``loopback_s3/``) are for tests and demos: not installed."""
     _, wheel = venv
     tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()
             if not name.split("/")[0].endswith((".dist-info", ".data"))}
-    assert tops == {"storage", "pipeline", "loaders", "trainer"}, tops
+    assert tops == {"infra", "storage", "pipeline", "loaders", "trainer"}, tops
 
 
 def test_bare_wheel_is_a_training_image_without_the_pipeline_stack(

@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> int:
         return plot_main(argv[1:])
 
     from storage import DatasetNotFoundError, ManifestError, redact
-    from trainer.checkpoint import CheckpointError
+    from trainer.checkpoint.checkpointer import CheckpointError
     from trainer.config import ConfigError, parse_args
     from trainer.train import run
 

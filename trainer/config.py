@@ -1,7 +1,7 @@
 """The training configuration: flags, defaults, and their resolution.
 
 :class:`TrainConfig` is the one statement of every flag: type, default, help. The shared
-mechanism of :mod:`storage.config` (cyclopts) makes it ``python -m trainer``'s flags, the keys
+mechanism of :mod:`infra.config` (cyclopts) makes it ``python -m trainer``'s flags, the keys
 of ``--config FILE`` (TOML, YAML or JSON) and ``SHARDFLOW_TRAINER_<FLAG>`` environment
 overrides; precedence: flags, file, environment, defaults.
 
@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 from cyclopts import Group, Parameter
 from cyclopts.validators import Number
 
-from storage.config import ConfigFlag, OptionsFlag, StorageOptions, make_app, parse
+from infra.config import ConfigFlag, OptionsFlag, StorageOptions, make_app, parse
 
 #: Defaults by device type: small enough for 2 CPU cores, GPT-2-small-like on CUDA.
 PRESETS: dict[str, dict[str, int]] = {

@@ -26,8 +26,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from storage.energy import Accumulator, Energy, grams, snapshot
-from storage.energy.rapl import find_zones
+from infra.energy import Accumulator, Energy, grams, snapshot
+from infra.energy.rapl import find_zones
 
 
 @dataclass(frozen=True)
@@ -201,7 +201,7 @@ def format_summary(s: dict[str, Any]) -> str:
 
 
 class StepEnergy:
-    """This rank's joules per logging interval (:mod:`storage.energy`).
+    """This rank's joules per logging interval (:mod:`infra.energy`).
 
     The host's RAPL package counters are read by its first rank only (``local_rank`` 0; they
     cover every rank on the host), and where they are readable the other ranks add no CPU

@@ -22,7 +22,7 @@ everywhere is refused: it would never be read). One point is a fixed mixture. Th
 :mod:`loaders.mixture_schedule`'s, by optimizer step: step ``s`` of the file is the global
 batch after ``s`` steps, the one trained on at logged step ``s + 1``.
 
-The file is user input: read bounded as a regular file (:mod:`storage.io.user_files`), and
+The file is user input: read bounded as a regular file (:mod:`infra.user_files`), and
 every problem is one :class:`MixtureFileError` line naming the file and the key
 (``schedule[1].weights.code``), which the CLI prints as ``error: ...`` with exit status 2.
 
@@ -42,8 +42,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from infra.user_files import OPTIONS_LIMIT, UserFileError, read_text
 from loaders.mixture_schedule import MAX_STEP, RAMPS, Schedule
-from storage.io.user_files import OPTIONS_LIMIT, UserFileError, read_text
 from trainer.config import ConfigError
 from trainer.distributed import all_reduce
 

@@ -4,7 +4,7 @@
 loader); :func:`train` is the loop itself and takes any :class:`~trainer.data.EpochLoader`,
 so it can be exercised on a synthetic loader without the data stack.
 
-A checkpoint (:mod:`trainer.checkpoint`) holds what a resume needs: model and optimizer
+A checkpoint (:mod:`trainer.checkpoint.checkpointer`) holds what a resume needs: model and optimizer
 (sharded, DCP), the step, the epoch stream with the loader's ``state_dict()``, the scheduler's
 step count and each rank's RNG states.
 """
@@ -25,7 +25,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from loaders.state import LoaderStateError
-from trainer.checkpoint import Checkpointer, CheckpointError, load_checkpoint
+from trainer.checkpoint.checkpointer import Checkpointer, CheckpointError, load_checkpoint
 from trainer.config import ConfigError, TrainConfig, resolve, resolve_batch
 from trainer.data import (
     EpochLoader,

@@ -1,7 +1,7 @@
 """Energy and carbon for ``pipeline run``: what the run costs, and when it may start new work.
 
-:class:`RunEnergy` measures the run: a snapshot (:func:`storage.energy.snapshot`) of the driver
-and, through ``client.run``, of every Dask worker, every :data:`storage.energy.meter.SAMPLE_S`
+:class:`RunEnergy` measures the run: a snapshot (:func:`infra.energy.snapshot`) of the driver
+and, through ``client.run``, of every Dask worker, every :data:`infra.energy.meter.SAMPLE_S`
 and at each stage boundary, taken by a background thread (the driver never waits on a worker
 for it). Joules go to the stage that was running (the task window names stages by their task
 keys: ``sample_texts``, ``phase1``, the shuffle's steps, ``phase2``); gCO2e use the signal's
@@ -9,7 +9,7 @@ intensity at each sample (else ``--grid-intensity``). The pipeline uses no accel
 CPU packages are measured (RAPL where readable) or estimated.
 
 :class:`CarbonGate` is the admission decision: before the task window submits a task it asks
-the gate, which asks the pure planner (:func:`storage.energy.decide`) whether to run now given
+the gate, which asks the pure planner (:func:`infra.energy.decide`) whether to run now given
 the forecast, the work left and the deadline. While it says wait, the window lets its live
 tasks finish and then the driver sleeps, printing why and until when; it never waits past the
 latest start that still meets the deadline. The work left is estimated from the run's own
@@ -30,11 +30,11 @@ from typing import Annotated, Any, TextIO
 
 from cyclopts import Parameter
 
+from infra.energy import WATTS_PER_CORE, Accumulator, Energy, Signal, decide, grams, snapshot
+from infra.energy.meter import SAMPLE_S
+from infra.energy.planner import Decision, intensity_at
 from pipeline.config_field import flag
 from storage import Manifest
-from storage.energy import WATTS_PER_CORE, Accumulator, Energy, Signal, decide, grams, snapshot
-from storage.energy.meter import SAMPLE_S
-from storage.energy.planner import Decision, intensity_at
 
 #: before the first results: the work left is the input's bytes at this rate per worker
 #: thread (GPT-2 cleaning + tokenizing runs at 1-3 MB/s per core; the lower end is the safe side)
@@ -137,7 +137,7 @@ class CarbonGate:
     """``gate(block)`` for :class:`pipeline.driver.window.TaskWindow`: True to admit a task now.
     ``block``: the window has no live task, so wait here (sleeping, re-planning every
     ``recheck_s``) until the planner says run. ``signal``: anything with ``forecast()`` (a
-    :class:`storage.energy.Signal`; the replay benchmark passes a simulated feed)."""
+    :class:`infra.energy.Signal`; the replay benchmark passes a simulated feed)."""
 
     def __init__(self, signal: Any, deadline: float | None, max_intensity: float | None,
                  log: TextIO, prior_s: float = 0.0, clock: Callable[[], float] = time.time,
@@ -291,7 +291,7 @@ class RunEnergy:
         return self.acc.total
 
     def record(self, tokens: int, grid_intensity: float | None = None) -> dict[str, Any]:
-        """``stats.energy``: the whole run (:meth:`storage.energy.Energy.record`), gCO2e by the
+        """``stats.energy``: the whole run (:meth:`infra.energy.Energy.record`), gCO2e by the
         intensity of each sample's time, and ``stages``: joules, source and seconds each."""
         with self._lock:
             total = self.acc.total

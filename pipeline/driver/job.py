@@ -1,7 +1,7 @@
 """The pipeline job: plan partitions, run the two phases and the dedup shuffle on Dask, commit.
 
 Order of events, each safe to interrupt: the output's writer lease is taken on every replica
-(``storage.io.replica_leases``; the primary must answer; renewed meanwhile, checked again
+(``storage.io.replicas.leases``; the primary must answer; renewed meanwhile, checked again
 right before the swap: one run writes an output at a time, since runs would share ``_work/``,
 and no gc of one replica runs under it); the tokenizer is written; phase 1 and
 phase 2 leave markers under ``_work/`` (see ``pipeline.tasks.work``); the manifest is built last, in
@@ -82,7 +82,7 @@ from storage import (
 )
 from storage.format.index import indexed
 from storage.io.degraded import describe as describe_degraded
-from storage.io.replica_leases import ReplicaLeases, hold_replicas
+from storage.io.replicas.leases import ReplicaLeases, hold_replicas
 
 
 @dataclass

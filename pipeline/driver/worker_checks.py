@@ -34,9 +34,9 @@ from typing import Any, TextIO
 
 from distributed import Client
 
+from infra.user_files import not_regular
 from pipeline.records import InputError
 from storage import display_url, resolve
-from storage.io.user_files import not_regular
 
 #: how long the scheduler of a LocalCluster we start waits for a silent worker's heartbeat
 #: (Dask's default is 5 min); it checks every TTL, so a hung worker goes within 2 x TTL

@@ -41,7 +41,7 @@ def unshadow(local_directory: str | None) -> None:
     if local_directory:
         target = os.path.realpath(local_directory)
         sys.path[:] = [p for p in sys.path if not p or os.path.realpath(p) != target]
-    for name in ("storage", "pipeline", "loaders", "trainer"):
+    for name in ("infra", "storage", "pipeline", "loaders", "trainer"):
         if _is_shadow(sys.modules.get(name)):
             for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
                 del sys.modules[key]

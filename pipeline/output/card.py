@@ -236,7 +236,7 @@ def rebuild(store: ReplicaSet, url: str, rows: int = DEFAULT_SAMPLE_ROWS, wait: 
             log: TextIO | None = None) -> CardSummary:
     """``python -m pipeline card``: the current version's card, built and written under the
     dataset's writer lease (the writes of a dataset are one writer's at a time)."""
-    from storage.io.replica_leases import hold_replicas
+    from storage.io.replicas.leases import hold_replicas
 
     if rows < 0:
         raise ValueError(f"--sample-rows must be 0 or more, not {rows}")

@@ -15,22 +15,22 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from fsspec.utils import glob_translate
 
+from infra.user_files import UserFileError, bounded_lines, not_regular, open_regular
 from pipeline.planning.filetable import (
     COMPRESSION_CODES,
     FORMAT_CODES,
     PAGE,
     FileTable,
+    InputFile,
     TableBuilder,
     pages,
 )
 from pipeline.records import InputError
 from storage import display_url, resolve
-from storage.io.user_files import UserFileError, bounded_lines, not_regular, open_regular
 
 #: format by suffix (after any compression suffix is removed)
 FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".txt": "txt",
@@ -43,18 +43,6 @@ PARQUET_FOOTER_THREADS = 16
 #: the largest size an input list may give a file: 256 TiB, far above any store's largest
 #: object (S3: 5 TiB), far below what makes the plan's int64 sums overflow (10^26 did)
 MAX_LISTED_SIZE = 1 << 48
-
-
-@dataclass(frozen=True)
-class InputFile:
-    url: str
-    fmt: str
-    compression: str | None
-    size: int
-    #: Parquet only: compressed byte size of each row group (empty when unreadable)
-    row_groups: tuple[int, ...] = ()
-    #: what identifies this version of the file (size + mtime/ETag) for resumption keys
-    version: str = ""
 
 
 def default_corpus() -> list[str]:
@@ -319,8 +307,8 @@ def read_inputs_from(path: str, storage_options: dict[str, Any] | None = None,
     resume keys as ``SIZE:VERSION``; without one a changed file of the same size is not seen.
 
     The list is streamed: a local one must be a regular file (a FIFO or device is refused
-    unopened: :mod:`storage.io.user_files`), a line may hold at most
-    :data:`~storage.io.user_files.LINE_LIMIT` bytes and a size at most
+    unopened: :mod:`infra.user_files`), a line may hold at most
+    :data:`~infra.user_files.LINE_LIMIT` bytes and a size at most
     :data:`MAX_LISTED_SIZE`; each error names the file and line. A listed size is checked
     against the file when it is read (:mod:`pipeline.planning.input_checks`).
     """

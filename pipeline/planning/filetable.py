@@ -50,6 +50,20 @@ SPILL_ROWS = 64 * 1024
 CHUNK_ROWS = 16 * 1024
 
 
+@dataclass(frozen=True)
+class InputFile:
+    """One input file: a row of :class:`FileTable` as an object (what plans and readers take)."""
+
+    url: str
+    fmt: str
+    compression: str | None
+    size: int
+    #: Parquet only: compressed byte size of each row group (empty when unreadable)
+    row_groups: tuple[int, ...] = ()
+    #: what identifies this version of the file (size + mtime/ETag) for resumption keys
+    version: str = ""
+
+
 class Growable:
     """A 1-D NumPy array appended to a page at a time, grown in place (``ndarray.resize``,
     a ``realloc``: a large block is moved by remapping, not copied).
@@ -408,8 +422,6 @@ class FileTable(Sequence[Any]):
     @overload
     def __getitem__(self, i: slice) -> list[Any]: ...
     def __getitem__(self, i: int | slice) -> Any:
-        from pipeline.planning.discovery import InputFile
-
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         if i < 0:

@@ -27,8 +27,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from infra.user_files import kind_of
 from pipeline.records import Rejected
-from storage.io.user_files import kind_of
 
 #: formats whose byte ranges come from the listed size (pipeline.planning.plan.SPLITTABLE)
 _RANGED = ("jsonl", "txt")

@@ -23,8 +23,7 @@ from typing import overload
 
 import numpy as np
 
-from pipeline.planning.discovery import InputFile
-from pipeline.planning.filetable import FORMAT_CODES, FileTable, Growable
+from pipeline.planning.filetable import FORMAT_CODES, FileTable, Growable, InputFile
 
 SPLITTABLE = ("jsonl", "txt")
 #: ``partition_bytes = 0`` (auto) aims at this many partitions, within the bounds below

@@ -61,7 +61,7 @@ from storage.format.view import (
     kept_counts,
 )
 from storage.io.index_store import fetch_columns
-from storage.io.replica_leases import hold_replicas
+from storage.io.replicas.leases import hold_replicas
 from storage.io.view_store import read_masks, sibling, source_store
 
 #: Arrow types of the manifest's schema names that ``pa.type_for_alias`` does not know

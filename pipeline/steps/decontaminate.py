@@ -7,7 +7,7 @@ JSON Lines (``text_field`` of each object; default ``text``), Parquet (its ``tex
 column) or plain text (one example per non-empty line). Each file is one set, named by its
 file name up to the first dot (``mmlu.test.jsonl`` -> ``mmlu``); two files with one name are an
 error. A file that is missing, not a regular file (a FIFO is refused without being opened:
-:mod:`storage.io.user_files`), empty, over :data:`EVAL_FILE_LIMIT`, or not what its suffix says
+:mod:`infra.user_files`), empty, over :data:`EVAL_FILE_LIMIT`, or not what its suffix says
 is one ``ValueError`` naming it (the run stops before anything is written).
 
 **Built once per process, not shipped**: the driver builds the index to check the files and
@@ -44,10 +44,10 @@ from typing import Annotated, Any
 
 from cyclopts import Parameter
 
+from infra.user_files import UserFileError, read_regular
 from pipeline.config_field import flag
 from pipeline.steps.contract import REPORT_EXAMPLES, Doc
 from pipeline.steps.ngrams import DEFAULT_N, EvalIndex, words
-from storage.io.user_files import UserFileError, read_regular
 
 #: the most bytes read of one eval file (eval sets are small; a mistake is not read whole)
 EVAL_FILE_LIMIT = 1 << 30

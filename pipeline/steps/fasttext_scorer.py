@@ -23,9 +23,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from infra.user_files import not_regular
 from pipeline.steps.contract import Doc
 from storage import display_url, resolve
-from storage.io.user_files import not_regular
 
 #: fastText's default label prefix (``-label``); a model may have another (its args say)
 LABEL_PREFIX = "__label__"

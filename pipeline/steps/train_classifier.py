@@ -29,7 +29,7 @@ from typing import IO, Annotated, Any
 import numpy as np
 from cyclopts import App, Parameter
 
-from storage.config import StorageOptions
+from infra.config import StorageOptions
 
 #: the labels written for the two sets (DCLM's names)
 POSITIVE, NEGATIVE = "hq", "lq"
@@ -393,7 +393,7 @@ def register(app: App) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m pipeline.steps.train_classifier ...``: the command on its own."""
-    from storage.config import make_app, parse
+    from infra.config import make_app, parse
 
     app = make_app("python -m pipeline.steps.train_classifier", component="pipeline",
                    help="Train a fastText quality classifier.")

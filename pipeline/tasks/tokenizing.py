@@ -27,9 +27,9 @@ import numpy as np
 from tokenizers import Tokenizer
 from tokenizers.implementations import BaseTokenizer
 
+from infra.user_files import UserFileError, not_regular, read_text
 from pipeline.config_field import flag
 from pipeline.tasks import fast_bpe
-from storage.io.user_files import UserFileError, not_regular, read_text
 
 GPT2_EOS = "<|endoftext|>"
 #: the largest ``tokenizer.json`` read (the largest published ones, 256k-token vocabularies

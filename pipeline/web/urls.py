@@ -9,7 +9,7 @@ import json
 from typing import Any
 from urllib.parse import urlsplit
 
-from storage.io.user_files import UserFileError, read_file_of
+from infra.user_files import UserFileError, read_file_of
 
 
 def parse_blocklist(text: str) -> frozenset[str]:

@@ -10,16 +10,17 @@ from typing import Annotated, Any
 
 from cyclopts import Parameter
 
+from infra.config import ConfigFlag, make_app, parse
 from storage.admin.gc import DEFAULT_MIN_AGE_S, GcError, collect
 from storage.admin.scrub import repair, verify
 from storage.admin.unlock import unlock
 from storage.admin.upgrade import UpgradeError, upgrade
 from storage.admin.versions import history, render_history
-from storage.config import ConfigFlag, ReplicaFlags, make_app, parse
 from storage.format.manifest import DatasetNotFoundError, ManifestError
 from storage.io.degraded import describe as describe_degraded
-from storage.io.replica_leases import hold_replicas
-from storage.io.replicas import ReplicaError, ReplicaSet
+from storage.io.replicas.flags import ReplicaFlags
+from storage.io.replicas.leases import hold_replicas
+from storage.io.replicas.replica_set import ReplicaError, ReplicaSet
 from storage.io.retry import is_store_error
 
 app = make_app(

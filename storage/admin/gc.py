@@ -25,7 +25,7 @@ What is kept, on every replica:
 A local replica holding a symlink anywhere in the dataset is refused whole, naming the link:
 the listing does not descend into a symlinked folder, so the objects behind it would look
 unnamed or absent, and gc neither follows a link out of the dataset nor guesses what one is for
-(:mod:`storage.io.local_paths`).
+(:mod:`storage.io.local.paths`).
 
 Version records go first, data objects after: a record that is still listed always names
 objects that are all there. Each candidate is stat'ed again right before it is removed, so an
@@ -63,7 +63,7 @@ from storage.format.manifest import Manifest, ManifestError
 from storage.io import multipart
 from storage.io.index_store import shard_paths_of
 from storage.io.listing import list_tree, mtime_of
-from storage.io.replicas import Replica, ReplicaSet
+from storage.io.replicas.replica_set import Replica, ReplicaSet
 
 DEFAULT_MIN_AGE_S = 3600.0
 _BATCH = 500
@@ -170,7 +170,7 @@ def _symlinks(replica: Replica, links: list[str]) -> str:
     """Why gc stops at a symlink in a local dataset: a link the listing does not descend
     into hides what the manifest names behind it, so removing it (as an unnamed object) would
     take the dataset's objects away, and following it would remove files outside the dataset
-    (see :mod:`storage.io.local_paths`)."""
+    (see :mod:`storage.io.local.paths`)."""
     shown = "; ".join(f"{rel} is a symlink to "
                       f"{os.path.realpath(replica.loc.path(rel))}" for rel in links[:5])
     more = f" (and {len(links) - 5} more)" if len(links) > 5 else ""

@@ -37,7 +37,7 @@ from storage.format.layout import MANIFEST, NAME_HASH, UnsafePathError
 from storage.format.manifest import Manifest, ManifestError
 from storage.io.degraded import Marker, all_markers
 from storage.io.index_store import objects_of
-from storage.io.replicas import Replica, ReplicaSet
+from storage.io.replicas.replica_set import Replica, ReplicaSet
 from storage.io.retry import TIMEOUT, classify
 
 

@@ -36,7 +36,7 @@ from storage.format.manifest import DatasetNotFoundError, Manifest, ShardInfo
 from storage.io.atomic import write_atomic
 from storage.io.degraded import Marker
 from storage.io.index_store import shards_of
-from storage.io.replicas import Replica, ReplicaError, ReplicaSet
+from storage.io.replicas.replica_set import Replica, ReplicaError, ReplicaSet
 from storage.io.urls import display_url
 
 

@@ -34,7 +34,7 @@ from storage.io.lease import (
     unlock_command,
 )
 from storage.io.lease_record import Found, read_lease
-from storage.io.replicas import ReplicaSet
+from storage.io.replicas.replica_set import ReplicaSet
 from storage.io.urls import Location, display_url
 
 #: what happened to one replica's lease

@@ -37,7 +37,7 @@ from storage.format.index import with_index
 from storage.format.manifest import FORMAT_V2, IndexRef, Manifest, ManifestError, ShardInfo
 from storage.format.tokens import LEGACY_LIST, dtype_of, footer_disagreement, parse_footer
 from storage.io.index_store import shards_of, write_index
-from storage.io.replicas import ReplicaError, ReplicaSet
+from storage.io.replicas.replica_set import ReplicaError, ReplicaSet
 
 #: footers read at once (each a small ranged GET: latency-bound)
 FOOTER_READS = 16

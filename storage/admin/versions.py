@@ -27,7 +27,7 @@ from storage.format.layout import (
 )
 from storage.format.manifest import Manifest, ManifestError
 from storage.io.listing import list_tree, mtime_of
-from storage.io.replicas import ReplicaSet
+from storage.io.replicas.replica_set import ReplicaSet
 from storage.io.urls import Location
 
 

@@ -27,7 +27,7 @@ from storage.format.checksums import PIECE_DIGEST, SHA256
 from storage.format.manifest import Manifest, ManifestError, ShardInfo
 from storage.format.view import Masks
 from storage.io.index_store import shards_of
-from storage.io.replicas import ReplicaError, ReplicaSet
+from storage.io.replicas.replica_set import ReplicaError, ReplicaSet
 from storage.io.view_store import physical_shard, read_masks, source_store
 
 

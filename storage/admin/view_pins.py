@@ -33,7 +33,7 @@ from storage.format.layout import (
 from storage.format.manifest import Manifest, ManifestError
 from storage.format.view import source_name
 from storage.io.listing import list_tree
-from storage.io.replicas import ReplicaSet
+from storage.io.replicas.replica_set import ReplicaSet
 from storage.io.view_store import view_store_of
 
 

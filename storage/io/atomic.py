@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from storage.format.layout import UnsafePathError
-from storage.io import local_paths
+from storage.io.local import paths as local_paths
 from storage.io.retry import PERMANENT, classify
 from storage.io.urls import Location
 
@@ -71,7 +71,7 @@ def write_atomic(loc: Location, relative: str, data: Payload, same_as: str | Non
     finds little left to write.
 
     On a local filesystem no folder between the root and the name may be a symlink, wherever
-    it points (:mod:`storage.io.local_paths`): :class:`storage.io.local_paths.UnsafeSymlinkError`
+    it points (:mod:`storage.io.local.paths`): :class:`storage.io.local.paths.UnsafeSymlinkError`
     otherwise, and nothing is written. A symlink as the name itself is replaced by the rename.
     """
     path = loc.path(relative)
@@ -141,7 +141,7 @@ def _write_local(loc: Location, relative: str, data: Payload, same_as: str | Non
                  sync: bool) -> None:
     """:func:`write_atomic` on a local filesystem, every step relative to the folder's
     descriptor: the folders are opened without following symlinks
-    (:func:`storage.io.local_paths.open_folder`), so what is created, renamed and synced is in
+    (:func:`storage.io.local.paths.open_folder`), so what is created, renamed and synced is in
     the dataset, not wherever a symlinked folder would have led."""
     *folder, name = local_paths.components(loc.root, loc.path(relative))
     folder_fd = local_paths.open_folder(loc.root, folder, True, relative)

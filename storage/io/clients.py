@@ -36,8 +36,8 @@ import threading
 from datetime import timedelta
 from typing import Any
 
+from infra.process.local import ProcessLocal, none
 from storage.io.fsspec_fs import fsspec_fs
-from storage.io.process_local import ProcessLocal, none
 
 #: ``auto`` (obstore when importable and the options allow), ``obstore`` or ``s3fs``
 CLIENT_ENV = "SHARDFLOW_S3_CLIENT"

@@ -24,7 +24,7 @@ from storage.io.atomic import write_atomic
 from storage.io.urls import Location, display_url
 
 if TYPE_CHECKING:
-    from storage.io.replicas import ReplicaSet
+    from storage.io.replicas.replica_set import ReplicaSet
 
 DEGRADED_DIR = "_degraded"
 WORK_PREFIX = "_work/"

@@ -12,7 +12,7 @@ def fsspec_fs(url: str, options: dict[str, Any]) -> tuple[Any, str]:
 
     fsspec is imported here, not with the module: importing it costs ~20-30 ms of CPU (it reads
     every installed package's entry points), which a loader reading a local dataset or an S3
-    one through obstore never needs to pay (:class:`storage.io.local_files.LocalFiles`)."""
+    one through obstore never needs to pay (:class:`storage.io.local.files.LocalFiles`)."""
     import fsspec.core
     from fsspec.core import split_protocol
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from storage.io.process_local import ProcessLocal
+from infra.process.local import ProcessLocal
 
 T = TypeVar("T")
 

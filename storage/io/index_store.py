@@ -32,7 +32,7 @@ from storage.format.index import (
     shard_paths,
 )
 from storage.format.manifest import IndexRef, Manifest, ShardInfo
-from storage.io.replicas import ChecksumMismatchError, ReplicaSet
+from storage.io.replicas.replica_set import ChecksumMismatchError, ReplicaSet
 
 #: an index up to this size is fetched (and cached) whole, in one GET; a larger one column by
 #: column, only the columns asked for

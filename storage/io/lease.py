@@ -682,7 +682,7 @@ def hold(loc: Location, name: str, what: str, ttl_s: float = DEFAULT_TTL_S, wait
     Taking the lease is the writer's first request to the primary, so a primary that is down
     or silent fails here in one line (:class:`PrimaryUnavailableError`), whatever a write
     quorum allows: a run's scratch (``_work/``) lives there alone. Writers take the lease on
-    every replica through :func:`storage.io.replica_leases.hold_replicas`, which calls this
+    every replica through :func:`storage.io.replicas.leases.hold_replicas`, which calls this
     for the primary.
     """
     ttl_s = positive_seconds("the lease TTL", ttl_s)  # a bad number is the caller's error

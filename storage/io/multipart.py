@@ -2,7 +2,7 @@
 
 An object sent from a local file past s3fs's part size (the index at the commit of a large run)
 goes up as a multipart upload. When the write deadline cancels it (a hung or crawling server,
-:class:`storage.io.replica_writes.ReplicaWrites`), or the writer dies mid-upload, the upload
+:class:`storage.io.replicas.writes.ReplicaWrites`), or the writer dies mid-upload, the upload
 stays open: its parts are stored, and billed, but listed by no object listing, so neither
 ``gc`` nor a person looking at the bucket sees them. s3fs aborts an upload only when a part
 fails with an ``Exception``; cancellation is a ``BaseException`` (``asyncio.CancelledError``).

@@ -9,7 +9,7 @@ Deadlines, per request (``storage.io.urls.S3_DEFAULTS``)
     full), so the replica set cancels a whole-object write after
     :func:`storage.io.urls.write_deadline_s` (the two deadlines + its size at 2 MB/s).
 
-Who retries: only :class:`storage.io.replicas.ReplicaSet`, on the error's class
+Who retries: only :class:`storage.io.replicas.replica_set.ReplicaSet`, on the error's class
     - throttling (:data:`THROTTLE`): the replica is fine and asks us to slow down; retried on
       the same replica with exponential back-off and full jitter (:class:`Backoff`), so many
       readers do not retry in lock-step;

@@ -14,7 +14,7 @@ from typing import Any
 
 from storage.io.clients import ObstoreS3FileSystem, wants_obstore
 from storage.io.fsspec_fs import fsspec_fs
-from storage.io.local_files import LocalFiles
+from storage.io.local.files import LocalFiles
 
 #: Option keys whose values are secrets: never logged, never written to a manifest.
 SECRET_KEYS = frozenset({"secret", "key", "token", "aws_secret_access_key", "session_token",
@@ -49,7 +49,7 @@ class Location:
     def confined(self) -> Location:
         """This location as a dataset's: on a local filesystem, one whose every read, write
         and removal stays inside the root, never through a symlink out
-        (:class:`storage.io.local_paths.DatasetFileSystem`; the rules are in that module). Other
+        (:class:`storage.io.local.paths.DatasetFileSystem`; the rules are in that module). Other
         filesystems are returned as they are: object stores have no symlinks.
 
         Not the default of :func:`resolve`: input corpora (often symlink farms, such as a

@@ -16,8 +16,8 @@ from dataclasses import replace
 
 from storage.format.manifest import Manifest, ManifestError, ShardInfo
 from storage.format.view import MaskFormatError, Masks, source_name
-from storage.io.local_files import LocalFiles
-from storage.io.replicas import ReplicaSet
+from storage.io.local.files import LocalFiles
+from storage.io.replicas.replica_set import ReplicaSet
 from storage.io.urls import Location
 
 

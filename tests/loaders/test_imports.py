@@ -1,6 +1,6 @@
 """``import loaders`` loads what a data loop needs and nothing else: no DCP (its Stateful is a
 protocol the loader matches by shape), no S3 client until a URL needs one, no Dask, no fsspec
-(``storage.io.local_files.LocalFiles`` reads a local dataset; obstore an S3 one) and none of
+(``storage.io.local.files.LocalFiles`` reads a local dataset; obstore an S3 one) and none of
 storage's admin tools (``storage/__init__.py`` loads its names on first use)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from storage import resolve
 REPO = Path(__file__).resolve().parents[2]
 NOT_AT_IMPORT = ("torch.distributed.checkpoint", "s3fs", "obstore", "botocore", "aiobotocore",
                  "dask", "distributed", "pipeline", "cyclopts", "fsspec", "storage.admin",
-                 "storage.config")
+                 "infra.config")
 #: not even after a whole epoch, local or from S3 through obstore
 NOT_IN_A_DATA_LOOP = ("torch.distributed.checkpoint", "s3fs", "botocore", "aiobotocore",
                       "dask", "pipeline", "fsspec", "storage.admin", "numpy.ma")

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from loaders import build_dataloader
-from storage.io.local_paths import UnsafeSymlinkError
+from storage.io.local.paths import UnsafeSymlinkError
 
 SEQ = 255
 

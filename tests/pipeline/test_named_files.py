@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from infra.user_files import UserFileError
 from pipeline.web import urls
-from storage.io.user_files import UserFileError
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -84,7 +84,7 @@ def test_fsdp_with_grad_accum_matches_ddp_and_its_shards_load_whole(
 
     # The sharded checkpoint (2 shards) loads unsharded in one process and is exactly the
     # gathered final model. (Elastic resume of the whole run: tests/trainer/test_restart.py.)
-    from trainer.checkpoint import load_checkpoint
+    from trainer.checkpoint.checkpointer import load_checkpoint
     from trainer.model import GPT, GPTConfig
     from trainer.optim import build_optimizer
 

@@ -20,7 +20,7 @@ import psutil
 import pytest
 import torch
 
-from trainer.checkpoint import load_checkpoint
+from trainer.checkpoint.checkpointer import load_checkpoint
 from trainer.metrics import read_jsonl
 from trainer.model import GPT, GPTConfig
 from trainer.optim import build_optimizer

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from storage.energy.meter import J_PER_KWH
-from storage.energy.rapl import find_zones
+from infra.energy.meter import J_PER_KWH
+from infra.energy.rapl import find_zones
 from trainer.metrics import RunTotals, energy_fields, nvml_index, read_jsonl
 from trainer.train import train
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from infra.energy import Signal
+from infra.energy.rapl import find_zones
 from pipeline.config import PipelineConfig
 from pipeline.driver import carbon
 from pipeline.driver.job import run
 from storage import read_manifest
-from storage.energy import Signal
-from storage.energy.rapl import find_zones
 
 
 def _iso(t: float) -> str:

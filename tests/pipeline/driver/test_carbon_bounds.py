@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from infra.energy import Signal
 from pipeline.config import PipelineConfig
 from pipeline.driver import carbon
-from storage.energy import Signal
 
 REPO = Path(__file__).resolve().parents[3]
 T0 = 1_767_225_600.0

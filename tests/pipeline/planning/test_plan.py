@@ -10,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pipeline.planning.plan as plan_module
-from pipeline.planning.discovery import InputFile
-from pipeline.planning.filetable import COMPRESSION_CODES, FORMAT_CODES, TableBuilder
+from pipeline.planning.filetable import COMPRESSION_CODES, FORMAT_CODES, InputFile, TableBuilder
 from pipeline.planning.plan import (
     AUTO_MAX_BYTES,
     AUTO_MIN_BYTES,

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from infra.config import make_app, parse
 from pipeline.records import Document
 from pipeline.steps.contract import Doc
 from pipeline.steps.fasttext_scorer import FastTextScorer
@@ -26,7 +27,6 @@ from pipeline.steps.train_classifier import (
     split,
     train_classifier,
 )
-from storage.config import make_app, parse
 
 ASTRONOMY = [
     "galaxy", "telescope", "orbit", "planet", "comet", "nebula", "stellar", "quasar", "cosmic",

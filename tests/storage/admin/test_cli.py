@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from infra.config import STORAGE_OPTIONS_ENV, OptionsError, json_object, parse
 from storage import ReplicaSet, commit
 from storage.admin.cli import app
-from storage.config import STORAGE_OPTIONS_ENV, OptionsError, ReplicaFlags, json_object, parse
 from storage.io.listing import list_tree
+from storage.io.replicas.flags import ReplicaFlags
 from tests.storage.admin.test_versions import write_version
 
 REPO = Path(__file__).resolve().parents[3]
@@ -168,7 +169,7 @@ def test_gc_on_s3_with_options_from_a_file(s3_bucket, tmp_path: Path) -> None:  
     assert _cli("verify", url, "--storage-options", f"@{opts}").returncode == 0
 
 
-# -- the shared configuration mechanism (storage/config.py) ---------------------------------
+# -- the shared configuration mechanism (infra/config.py) ---------------------------------
 
 @pytest.mark.parametrize("argv", [[], ["frobnicate"], ["gc", "x"], ["gc", "x", "--keep", "two"],
                                   ["gc", "x", "--keep", "1", "--no-dry-run"],

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from infra.config import STORAGE_OPTIONS_ENV
 from storage import resolve
-from storage.config import STORAGE_OPTIONS_ENV
 from storage.format.layout import LEASE
 from storage.io.lease import FORMAT, Lease, _pid_namespace
 from storage.io.urls import Location

@@ -30,7 +30,7 @@ from storage.format.chunk_footer import CODECS
 from storage.format.index import IndexFormatError, build_index_arrays, index_ref, read_index
 from storage.format.layout import index_name
 from storage.format.manifest import ManifestError, Totals
-from storage.io.replicas import ChecksumMismatchError, ReplicaError
+from storage.io.replicas.replica_set import ChecksumMismatchError, ReplicaError
 from tests.conftest import shakespeare_texts
 
 REPO = Path(__file__).resolve().parents[3]

@@ -65,7 +65,7 @@ def test_checkpoint_files_honour_the_umask(tmp_path: Path, umask) -> None:
     import torch
     from torch import nn
 
-    from trainer.checkpoint import Checkpointer
+    from trainer.checkpoint.checkpointer import Checkpointer
 
     umask(0o022)
     model = nn.Linear(2, 2)

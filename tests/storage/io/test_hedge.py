@@ -15,7 +15,7 @@ import pytest
 
 from storage import ChecksumMismatchError, ReplicaSet
 from storage.io.hedge import LatencyTracker, pool
-from storage.io.replicas import ReplicaStalledError
+from storage.io.replicas.replica_set import ReplicaStalledError
 
 FLOOR = 0.2
 

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from storage import ReplicaSet, resolve
 from storage.format.layout import LEASE
 from storage.io.lease import FORMAT, Holder, Lease, LeaseHeldError, _pid_namespace, hold, take
-from storage.io.replica_leases import hold_replicas
+from storage.io.replicas.leases import hold_replicas
 from storage.io.urls import Location
 
 TTL = 3.0

@@ -57,7 +57,7 @@ def test_a_local_store_has_no_uploads(tmp_path) -> None:
 def test_a_put_cancelled_by_its_deadline_leaves_no_upload(s3_bucket: Any, tmp_path) -> None:
     """A 200 MB file in 5 MB parts cannot reach a loopback server in 1 s here: the write
     deadline cancels it mid-upload (s3fs's own abort skipped) and the writer aborts it."""
-    from storage.io.replica_writes import _WriteDeadline
+    from storage.io.replicas.writes import _WriteDeadline
 
     loc = ReplicaSet.from_urls([f"{s3_bucket.url}/ds"], s3_bucket.storage_options).primary
     fs = multipart.s3_filesystem(loc)

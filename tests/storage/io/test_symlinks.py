@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from infra.config import STORAGE_OPTIONS_ENV
 from storage import ReplicaSet, resolve, write_atomic
-from storage.config import STORAGE_OPTIONS_ENV
 from storage.format.layout import UnsafePathError
-from storage.io.local_paths import UnsafeSymlinkError
+from storage.io.local.paths import UnsafeSymlinkError
 
 REPO = Path(__file__).resolve().parents[3]
 
