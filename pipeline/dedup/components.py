@@ -115,6 +115,18 @@ def leaves(records: np.ndarray) -> np.ndarray:
     return np.unique(records["key"][records["key"] > records["other"]])
 
 
+def leaf_centres(records: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """At the fixpoint, :func:`leaves` and, for each, its smallest neighbour: the centre of
+    its star, the document it is a near-duplicate of."""
+    leaf = records[records["key"] > records["other"]]
+    if len(leaf) == 0:
+        return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
+    leaf = leaf[np.lexsort((leaf["other"], leaf["key"]))]
+    first = np.ones(len(leaf), dtype=bool)
+    first[1:] = leaf["key"][1:] != leaf["key"][:-1]
+    return leaf["key"][first], leaf["other"][first]
+
+
 def components_reference(a: np.ndarray, b: np.ndarray) -> dict[int, int]:
     """``{node: smallest node of its component}`` by union-find in memory (tests, benchmarks)."""
     parent: dict[int, int] = {}

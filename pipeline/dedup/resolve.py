@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
-#: a condemned document: where it is, and the strongest reason (0 exact beats 1 near)
-DROP = np.dtype([("part", "<u4"), ("pos", "<u4"), ("kind", "u1")])
+#: a condemned document: where it is, the strongest reason (0 exact beats 1 near), and the
+#: document it duplicates (``keep_part``, ``keep_pos``: the smallest holding its key, or its
+#: near-dup cluster's centre), so that ``python -m pipeline trace --dropped`` can name the
+#: kept document (the lineage record phase 2 writes: :mod:`pipeline.lineage.records`)
+DROP = np.dtype([("part", "<u4"), ("pos", "<u4"), ("kind", "u1"), ("keep_part", "<u4"),
+                 ("keep_pos", "<u4")])
 
 
 def split_by_bucket(entries: np.ndarray, buckets: int) -> list[np.ndarray]:
@@ -32,9 +36,15 @@ def resolve(entries: np.ndarray) -> np.ndarray:
     same[1:] = (e["k0"][1:] == e["k0"][:-1]) & (e["k1"][1:] == e["k1"][:-1])
     # a document never condemns itself (identical band keys within one document)
     same[1:] &= (e["part"][1:] != e["part"][:-1]) | (e["pos"][1:] != e["pos"][:-1])
+    new_key = np.ones(len(e), dtype=bool)
+    new_key[1:] = (e["k0"][1:] != e["k0"][:-1]) | (e["k1"][1:] != e["k1"][:-1])
+    # each entry's key's first (smallest) document: the one a condemned document duplicates
+    first = np.maximum.accumulate(np.where(new_key, np.arange(len(e)), 0))
     d = e[same]
+    keeper = e[first[same]]
     out = np.zeros(len(d), dtype=DROP)
     out["part"], out["pos"], out["kind"] = d["part"], d["pos"], d["kind"]
+    out["keep_part"], out["keep_pos"] = keeper["part"], keeper["pos"]
     return merge_drops(out)
 
 

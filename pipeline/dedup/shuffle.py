@@ -381,11 +381,12 @@ def near_drops(store: ReplicaSet, run_key: str, step: int, bucket: int, groups: 
     Returns how many drops (row 0) and notes (row 1) of each group."""
     scratch = work.work_store(store)
     records = _read_edges(scratch, run_key, step, starts, counts)
-    node = cc.leaves(records)
+    node, centre = cc.leaf_centres(records)
     notes = sig.cluster_notes(records) if signals else np.zeros(0, dtype=sig.NOTE)
     del records
     drops = np.zeros(len(node), dtype=DROP)
     drops["part"], drops["pos"] = cc.where(node)
+    drops["keep_part"], drops["keep_pos"] = cc.where(centre)
     drops["kind"] = KIND_NEAR
     if len(drops):
         scratch.put(near_drops_path(run_key, bucket), drops.tobytes())
