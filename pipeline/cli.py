@@ -173,6 +173,7 @@ def select(url: Annotated[str, Parameter(name="SRC")], /, *,
            where: Annotated[str, Parameter(name="--where", metavar="EXPR")],
            output: Annotated[str, Parameter(name=["--output", "-o"], metavar="DST")],
            storage: ReplicaFlags = ReplicaFlags(),  # noqa: B008
+           card: bool = True,
            no_progress: Annotated[bool, _NoNegative] = False) -> int:
     """Make a view: the documents of SRC whose signals satisfy EXPR, no token copied.
 
@@ -195,6 +196,8 @@ def select(url: Annotated[str, Parameter(name="SRC")], /, *,
     output
         where to write the view: a folder beside SRC, e.g. s3://bucket/web-en for
         s3://bucket/web (SRC's other replicas, --replica, get the view beside them too)
+    card
+        write the view's dataset card (card/<version>/README.md and PNGs) before its commit
     no_progress
         no progress bar
     """
@@ -203,7 +206,7 @@ def select(url: Annotated[str, Parameter(name="SRC")], /, *,
 
     src = storage.store(url)
     print(select_view(src, where, view_replicas(src, output, storage.options),
-                      progress=not no_progress).render())
+                      progress=not no_progress, card=card).render())
     return 0
 
 

@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import mmap
 import posixpath
+import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -259,9 +260,11 @@ def _select_shard(data: ReplicaSet, shard: ShardInfo, first: int, selection: Sel
 
 
 def select(src: ReplicaSet, where: str, dst: ReplicaSet, *, log: TextIO | None = None,
-           progress: bool = True, threads: int = 8) -> SelectSummary:
+           progress: bool = True, threads: int = 8, card: bool = True) -> SelectSummary:
     """Make ``dst`` the view of ``src``'s current version that keeps the documents for which
-    ``where`` is true (see the module docstring); returns what it kept."""
+    ``where`` is true (see the module docstring); returns what it kept. With ``card``, the
+    view's dataset card is written before its commit, as a run writes its own: a view is a
+    dataset people train on, and its card shows what the expression kept."""
     m = src.read_manifest()  # pinned: the version read here is the one selected from
     if m.index is None:
         raise ValueError(f"{src.url} is a shardflow.dataset/1 dataset: run `python -m storage "
@@ -319,6 +322,10 @@ def select(src: ReplicaSet, where: str, dst: ReplicaSet, *, log: TextIO | None =
         write_pin(origin, posixpath.basename(dst.primary.root.rstrip("/")), version)
         dst.put(masks_path, masks_data)
         dst.put(ref.path, index_data)
+        if card:  # before the swap, like every object of the version (keyed by its manifest)
+            from pipeline.output.card import write_at_commit  # imported late: matplotlib
+
+            write_at_commit(dst, manifest, log if log is not None else sys.stderr)
         commit(dst, manifest, log)
     finally:
         lease.release()

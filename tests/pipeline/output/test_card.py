@@ -331,13 +331,16 @@ def test_the_card_reports_what_decontamination_found(corpus_dir: Path, tmp_path:
     assert rows["planted"] == ["1", "1"]  # the manifest's own counts remain
 
 
-def test_the_card_of_a_view_counts_its_kept_documents(web: Path) -> None:
+def test_select_writes_the_card_of_a_view_which_counts_its_kept_documents(web: Path) -> None:
     view = web.parent / "web-en"
     proc = _cli("select", str(web), "--where", "lang = 'en'", "--output", str(view),
                 "--no-progress")
     assert proc.returncode == 0, proc.stderr
-    proc = _cli("card", str(view))
+    written = {p.name: p.read_bytes() for p in _card_dir(view).iterdir()}
+    assert README in written and any(n.endswith(".png") for n in written)
+    proc = _cli("card", str(view))  # rebuilt from the committed view: the same bytes
     assert proc.returncode == 0, proc.stderr
+    assert {p.name: p.read_bytes() for p in _card_dir(view).iterdir()} == written
     m = read_manifest(str(view))
     text = (_card_dir(view) / README).read_text()
     assert "## A view" in text and "where `lang = 'en'`" in text
@@ -346,6 +349,14 @@ def test_the_card_of_a_view_counts_its_kept_documents(web: Path) -> None:
     assert [(r[0], _n(r[1])) for r in rows] == [("en", m.total_rows)]
     assert _n(dict(_table(text, f"# {view.name}"))["tokens"]) == m.total_tokens
     assert sum(_n(r[1]) for r in _table(text, "## Near-duplicate clusters")) == m.total_rows
+
+
+def test_select_no_card_writes_none(web: Path) -> None:
+    view = web.parent / "web-en-bare"
+    proc = _cli("select", str(web), "--where", "lang = 'en'", "--output", str(view),
+                "--no-progress", "--no-card")
+    assert proc.returncode == 0, proc.stderr
+    assert (view / "manifest.json").is_file() and not (view / "card").exists()
 
 
 def test_pipeline_card_writes_every_replica(tiny_dataset: str, tmp_path: Path) -> None:
