@@ -20,8 +20,7 @@ files only (a FIFO or device is refused without being opened) and at most a boun
 Precedence, for every value: command-line flags, then the ``--config`` file, then the
 environment, then the dataclass default (stated once, on the field).
 
-It lives in ``storage`` because storage imports nothing of ours and every package may import
-storage.
+It lives in ``infra`` because infra imports nothing of ours and every package may import it.
 """
 
 from __future__ import annotations
@@ -37,8 +36,7 @@ from typing import Annotated, Any
 
 from cyclopts import App, Parameter, Token
 from cyclopts.argument import ArgumentCollection
-from cyclopts.argument._collection import update_argument_collection
-from cyclopts.config import Env
+from cyclopts.config import Dict, Env
 from cyclopts.exceptions import CycloptsError
 
 from infra.user_files import (
@@ -268,8 +266,9 @@ class FileSource:
                     argument.append(Token(value=str(v), source=path, index=i))
                 continue
             rest[name.replace("_", "-")] = value
-        update_argument_collection(rest, path, arguments, app.app_stack.stack[-1],
-                                   root_keys=(), allow_unknown=False)
+        # cyclopts' own in-memory source fills the rest (keys are this command's flags: not
+        # nested under the command's name)
+        Dict(rest, source=path, use_commands_as_keys=False)(app, commands, arguments)
 
 
 def make_app(name: str, help: str, component: str, **kwargs: Any) -> App:
