@@ -1,0 +1,217 @@
+"""The loader on a view: a view that keeps half the documents, tokens/s against its source's.
+
+The claim (issue 45, part 2): ``build_dataloader`` on a view that keeps half the documents
+delivers within 10 % of its source dataset's tokens per second.
+
+One invocation builds the source of ``benchmarks/views.py`` on local disk (the Shakespeare
+GPT-2 ids repeated to ``--tokens``, documents of 64-2,048 tokens, the pipeline's shards with
+256 k-token row groups, each row group's token chunk one zstd page) and, with ``select``, its
+view ``"quality.score" >= 0.5``: half the documents, at random, so every row group keeps about
+half of its own (the worst case for the loader). Then ``--runs`` rounds (the order of source
+and view alternating) of:
+
+- ``load``: ``--epochs`` pairs of one epoch of ``build_dataloader(url, 8, 2048)`` (its
+  defaults: in-process, 2 read threads), source and view in turn, a fresh loader each (an
+  epoch of 100 M tokens takes well under a second, so a single pair is at the mercy of the
+  machine's other load) -- delivered tokens per second, and CPU seconds of all the process's
+  threads per billion tokens;
+- ``--view-read-threads N``: each pair also loads the view with ``N`` read threads (the
+  loader's default is 2): more decode threads, for the view's doubled decode per token;
+- ``read``: why -- every row group of each fetched, verified and decoded once on this thread
+  (``TokenReader.fetch_groups``, what the read threads do): CPU per row group and the tokens
+  it yields. A view decodes each row group whole for the half it keeps.
+
+Figures are medians: each round's of its epochs, then over the rounds; the ratio is also given
+as the median of every epoch pair's own ratio. Results: ``benchmarks/results/view_loader.json``
+and ``view_loader.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.bench_utils import RESULTS, machine, median, write_results
+from benchmarks.views import BATCH, SEQ, WHERE, build_source, run_select
+
+NAMES = {"source": "web", "view": "web-half"}
+
+
+def run_load(url: str, **settings: Any) -> dict[str, Any]:
+    """One epoch of the loader's defaults (or ``settings``) over ``url``: rate, and CPU of
+    every thread."""
+    from loaders import build_dataloader
+
+    t0 = time.perf_counter()
+    cpu0 = time.process_time()
+    n = 0
+    for batch in build_dataloader(url, BATCH, SEQ, rank=0, world_size=1, **settings):
+        n += int(batch["input_ids"].numel())
+    seconds = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
+    return {"seconds": seconds, "tokens": n, "tokens_per_s": n / seconds, "cpu_s": cpu,
+            "cpu_s_per_gtok": cpu / n * 1e9}
+
+
+def run_read(url: str) -> dict[str, Any]:
+    """Every row group of ``url`` fetched, verified and decoded (a view's: masked) once, on
+    this thread: CPU per row group, and the tokens it delivers."""
+    from loaders.settings import LoaderSettings
+    from loaders.source import DatasetSource
+
+    reader = DatasetSource(url, LoaderSettings.from_kwargs(SEQ)).reader
+    n = len(reader.index)
+    reader.fetch_groups([0])  # the index's read columns, the shard's footer and mapping
+    cpu0 = time.thread_time()
+    tokens = sum(len(arr) for g in range(n) for arr in reader.fetch_groups([g]).values())
+    cpu = time.thread_time() - cpu0
+    return {"row_groups": n, "cpu_s": cpu, "us_per_group": cpu / n * 1e6,
+            "tokens_per_group": tokens / n, "cpu_s_per_gtok": cpu / tokens * 1e9}
+
+
+def run_round(root: Path, r: int, epochs: int, view_threads: int = 0) -> dict[str, Any]:
+    """``epochs`` loader pairs and one read of each, the order alternating with ``r``;
+    ``view_threads``: each pair also loads the view with that many read threads."""
+    order = ("source", "view") if r % 2 == 0 else ("view", "source")
+    pairs = []
+    for _ in range(epochs):
+        pair = {k: run_load(str(root / NAMES[k])) for k in order}
+        if view_threads:
+            pair["view_threads"] = run_load(str(root / NAMES["view"]),
+                                            read_threads=view_threads)
+        pairs.append(pair)
+    reads = {k: run_read(str(root / NAMES[k])) for k in order}
+    out: dict[str, Any] = {"pairs": pairs}
+    for k in order:
+        out[f"load_{k}"] = {f: median([p[k][f] for p in pairs]) for f in pairs[0][k]}
+        out[f"read_{k}"] = reads[k]
+    out["ratios"] = [p["view"]["tokens_per_s"] / p["source"]["tokens_per_s"] for p in pairs]
+    if view_threads:
+        out["load_view_threads"] = {f: median([p["view_threads"][f] for p in pairs])
+                                    for f in pairs[0]["view_threads"]}
+    return out
+
+
+def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    def med(part: str, key: str) -> float:
+        return median([x[part][key] for x in rounds])
+
+    s = {f"{part}_{k}_{key}": med(f"{part}_{k}", key)
+         for part, keys in (("load", ("tokens_per_s", "cpu_s_per_gtok")),
+                            ("read", ("us_per_group", "tokens_per_group", "cpu_s_per_gtok")))
+         for k in ("source", "view") for key in keys}
+    s["ratio"] = s["load_view_tokens_per_s"] / s["load_source_tokens_per_s"]
+    s["ratio_of_pairs_median"] = median([q for x in rounds for q in x["ratios"]])
+    s["ratio_of_rounds"] = [median(x["ratios"]) for x in rounds]
+    s["cpu_per_token_view_vs_source"] = (s["load_view_cpu_s_per_gtok"]
+                                         / s["load_source_cpu_s_per_gtok"])
+    s["read_cpu_per_group_view_vs_source"] = (s["read_view_us_per_group"]
+                                              / s["read_source_us_per_group"])
+    s["claim_met"] = s["ratio"] >= 0.9 and s["ratio_of_pairs_median"] >= 0.9
+    if "load_view_threads" in rounds[0]:
+        s["load_view_threads_tokens_per_s"] = med("load_view_threads", "tokens_per_s")
+        s["load_view_threads_cpu_s_per_gtok"] = med("load_view_threads", "cpu_s_per_gtok")
+        s["view_threads_ratio"] = (s["load_view_threads_tokens_per_s"]
+                                   / s["load_source_tokens_per_s"])
+    return s
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=100_000_000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--epochs", type=int, default=3,
+                        help="loader epoch pairs (source, view) per round")
+    parser.add_argument("--view-read-threads", type=int, default=0,
+                        help="also load the view with this many read threads, each pair")
+    parser.add_argument("--quick", action="store_true", help="5 M tokens, 2 runs")
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args()
+    if args.quick:
+        args.tokens, args.runs = 5_000_000, 2
+    root = Path(args.workdir or tempfile.mkdtemp(prefix="view-loader-bench-"))
+    shutil.rmtree(root / "web", ignore_errors=True)
+    source = build_source(root, args.tokens)
+    view = run_select(root)
+    print(f"source: {source['documents']:,} documents, {source['tokens']:,} tokens, "
+          f"{source['row_groups']:,} row groups; view {WHERE}: {view['kept']:,} documents "
+          f"({view['kept'] / view['of']:.1%}), {view['kept_tokens']:,} tokens")
+    rounds = []
+    for r in range(args.runs):
+        rounds.append(run_round(root, r, args.epochs, args.view_read_threads))
+        x = rounds[-1]
+        print(f"round {r + 1}: source {x['load_source']['tokens_per_s'] / 1e6:.1f} M tok/s "
+              f"({x['load_source']['cpu_s_per_gtok']:.2f} CPU-s/Gtok), view "
+              f"{x['load_view']['tokens_per_s'] / 1e6:.1f} M tok/s "
+              f"({x['load_view']['cpu_s_per_gtok']:.2f}): pairs "
+              + ", ".join(f"{q:.2f}x" for q in x["ratios"]))
+    s = summarise(rounds)
+    print(f"\nmedians over {args.runs} rounds of {args.epochs} epoch pairs:")
+    print(f"  loader   view {s['load_view_tokens_per_s'] / 1e6:.1f} M tok/s vs source "
+          f"{s['load_source_tokens_per_s'] / 1e6:.1f} M tok/s: {s['ratio']:.3f}x (median of "
+          f"the pairs' ratios {s['ratio_of_pairs_median']:.3f}x; claim >= 0.9x: "
+          f"{'met' if s['claim_met'] else 'NOT met'})")
+    print(f"  CPU      view {s['load_view_cpu_s_per_gtok']:.2f} vs source "
+          f"{s['load_source_cpu_s_per_gtok']:.2f} CPU-s per billion tokens delivered "
+          f"({s['cpu_per_token_view_vs_source']:.2f}x)")
+    if args.view_read_threads:
+        print(f"  threads  the view with {args.view_read_threads} read threads "
+              f"{s['load_view_threads_tokens_per_s'] / 1e6:.1f} M tok/s: "
+              f"{s['view_threads_ratio']:.3f}x the source's "
+              f"({s['load_view_threads_cpu_s_per_gtok']:.2f} CPU-s per billion tokens)")
+    print(f"  reads    a row group fetched, verified, decoded: view "
+          f"{s['read_view_us_per_group']:,.0f} us for {s['read_view_tokens_per_group']:,.0f} "
+          f"tokens, source {s['read_source_us_per_group']:,.0f} us for "
+          f"{s['read_source_tokens_per_group']:,.0f} ({s['read_view_cpu_s_per_gtok']:.2f} vs "
+          f"{s['read_source_cpu_s_per_gtok']:.2f} CPU-s per billion tokens)")
+    name = "view_loader_quick" if args.quick else "view_loader"
+    results = {"source": source, "view": view, "where": WHERE, "runs": args.runs,
+               "epochs": args.epochs, "view_read_threads": args.view_read_threads,
+               "rounds": rounds, "summary": s, "machine": machine()}
+    path = write_results(name, results)
+    plot(s, rounds, RESULTS / f"{name}.png")
+    print(f"wrote {path}")
+    if args.workdir is None:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+def plot(s: dict[str, Any], rounds: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    for k, marker in (("source", "o-"), ("view", "s-")):
+        a.plot([p[k]["tokens_per_s"] / 1e6 for x in rounds for p in x["pairs"]], marker,
+               label="source" if k == "source" else "50 % view")
+    a.set_xlabel("epoch pair (rounds in turn)")
+    a.set_ylabel("loader M tokens/s")
+    a.set_title(f"view {s['ratio']:.2f}x the source's rate (claim: >= 0.9x)")
+    a.legend()
+    labels = ["loader\n(all threads)", "read + decode\n(one thread)"]
+    src = [s["load_source_cpu_s_per_gtok"], s["read_source_cpu_s_per_gtok"]]
+    view = [s["load_view_cpu_s_per_gtok"], s["read_view_cpu_s_per_gtok"]]
+    xs = range(len(labels))
+    b.bar([x - 0.2 for x in xs], src, 0.4, label="source")
+    b.bar([x + 0.2 for x in xs], view, 0.4, label="50 % view")
+    b.set_xticks(list(xs), labels)
+    b.set_ylabel("CPU-s per billion tokens delivered")
+    b.set_title(f"CPU per token: view {s['cpu_per_token_view_vs_source']:.2f}x the source's",
+                fontsize=10)
+    b.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
