@@ -271,12 +271,17 @@ class FileSource:
         Dict(rest, source=path, use_commands_as_keys=False)(app, commands, arguments)
 
 
-def make_app(name: str, help: str, component: str, **kwargs: Any) -> App:
+def make_app(name: str, help: str, component: str | None, **kwargs: Any) -> App:
     """A cyclopts App whose commands take ``--config FILE`` and ``SHARDFLOW_<COMPONENT>_*``:
-    flags first, then the file, then the environment, then the defaults."""
-    return App(name=name, help=help, help_format="rst", version_flags=(),
-               config=[FileSource(), Env(env_prefix(component), command=False, show=False)],
-               **kwargs)
+    flags first, then the file, then the environment, then the defaults. ``component=None``:
+    no environment overrides (a small tool's few flags: ``python -m trainer plot``, the
+    loopback S3 servers). ``kwargs`` go to cyclopts' ``App`` (``help_format="plaintext"``
+    keeps a help text's own line breaks)."""
+    config: list[Any] = [FileSource()]
+    if component is not None:
+        config.append(Env(env_prefix(component), command=False, show=False))
+    options: dict[str, Any] = {"help_format": "rst", "version_flags": (), "config": config}
+    return App(name=name, help=help, **(options | kwargs))
 
 
 #: the ``--config`` parameter every command takes (read by :class:`FileSource`)

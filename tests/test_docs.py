@@ -4,7 +4,6 @@ and pyproject.toml name exists, and docs/design.md stays short and free of commi
 
 from __future__ import annotations
 
-import argparse
 import re
 import shlex
 from pathlib import Path
@@ -21,17 +20,6 @@ PACKAGES = ("infra", "storage", "pipeline", "loaders", "trainer")
 #: flags of other tools that the README mentions (torchrun's, pip's, `dask worker`'s)
 FOREIGN_FLAGS = {"--nproc-per-node", "--max-restarts", "--nnodes", "--rdzv-backend",
                  "--rdzv-endpoint", "--rdzv-id", "--rdzv-conf", "--no-deps", "--nthreads"}
-
-
-def _options(parser: argparse.ArgumentParser) -> set[str]:
-    return set(parser._option_string_actions)
-
-
-def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)
-    return {}
 
 
 def _app_options(app) -> set[str]:  # noqa: ANN001 - a cyclopts App
@@ -51,44 +39,21 @@ def _app_commands(app) -> dict[str | None, set[str]]:  # noqa: ANN001 - a cyclop
     return out
 
 
-def _plot_parser() -> argparse.ArgumentParser:
-    """``python -m trainer plot``'s parser is built inside its ``main``: catch it there."""
-    from trainer import plot
-
-    caught: list[argparse.ArgumentParser] = []
-    original = argparse.ArgumentParser.parse_args
-
-    def grab(self: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
-        caught.append(self)
-        raise SystemExit(0)
-
-    argparse.ArgumentParser.parse_args = grab  # type: ignore[method-assign]
-    try:
-        with pytest.raises(SystemExit):
-            plot.main(["x"])
-    finally:
-        argparse.ArgumentParser.parse_args = original  # type: ignore[method-assign]
-    return caught[0]
-
-
 @pytest.fixture(scope="module")
 def commands() -> dict[tuple[str, str | None], set[str]]:
     """(module, subcommand) -> the option strings its parser accepts."""
-    from loopback_s3.__main__ import _parser as testing_parser
+    from loopback_s3.__main__ import app as testing_app
     from pipeline.cli import app as pipeline_app
     from storage.admin.cli import app as storage_app
     from trainer.config import app as trainer_app
+    from trainer.plot import app as plot_app
 
     out: dict[tuple[str, str | None], set[str]] = {}
-    for module, parser in (("loopback_s3", testing_parser()),):
-        out[(module, None)] = _options(parser)
-        for name, sub in _subcommands(parser).items():
-            out[(module, name)] = _options(sub)
     for module, app in (("pipeline", pipeline_app), ("storage", storage_app),
-                        ("trainer", trainer_app)):
+                        ("trainer", trainer_app), ("loopback_s3", testing_app)):
         for name, options in _app_commands(app).items():
             out[(module, name)] = options
-    out[("trainer", "plot")] = _options(_plot_parser())
+    out[("trainer", "plot")] = _app_options(plot_app)
     return out
 
 
@@ -243,3 +208,165 @@ def test_warc_partitions_are_as_the_docs_say() -> None:
     assert len(plan_partitions(small, size, max_files=1)) == 23  # --files-per-partition 1
     big = InputFile("a.warc", "warc", None, 10 * size)  # even uncompressed: never split
     assert [(p.start, p.end) for p in plan_partitions([big], size)] == [(0, -1)]
+
+
+# -- every module path the docs, docstrings, comments and pyproject.toml name exists ----------
+
+OURS = ("infra", "storage", "pipeline", "loaders", "trainer", "loopback_s3")
+#: folders whose paths are checked when named (``pkg/sub/mod.py``, ``pkg/sub/``)
+PATH_ROOTS = (*OURS, "tests", "benchmarks", "docs")
+#: made when a script or a run needs them, never committed
+GENERATED = ("benchmarks/.peers-venv", "benchmarks/results/", "benchmarks/data/")
+_PATH = re.compile(rf"(?<![\w./@:-])((?:{'|'.join(PATH_ROOTS)})/[\w./-]*)")
+_DOTTED = re.compile(rf"^(?:{'|'.join(OURS)})(?:\.\w+)+$")
+_CODE = re.compile(r"``([^`\n]+)``|`([^`\n]+)`")
+#: a dotted name ending so is a file name (``trainer.json``), not a module
+_FILE_ENDINGS = {"json", "jsonl", "md", "py", "txt", "toml", "yaml", "png", "log", "npy",
+                 "parquet", "sfidx", "sfmask", "csv", "gz", "zst"}
+
+
+def _named_paths(text: str) -> set[str]:
+    """``pkg/sub/mod.py`` and ``pkg/sub/`` as a text names them (placeholders left out)."""
+    out = set()
+    for path in _PATH.findall(text):
+        path = path.rstrip(".,;:)-")
+        if re.search(r"[A-Z]{3,}|NNN|\*|\.\.\.", path) or path.startswith(GENERATED):
+            continue  # a placeholder (benchmarks/NAME.py) or what a run writes
+        if path.endswith("/") or re.search(r"\.\w+$", path):  # a folder or a file, not "docs/s"
+            out.add(path)
+    return out
+
+
+def _named_modules(text: str) -> set[str]:
+    """Dotted names of ours in code spans and roles (``pipeline.tasks.stages``,
+    :mod:`storage.io.urls`, `storage.format.layout.safe_relative`)."""
+    spans = [a or b for a, b in _CODE.findall(text)]
+    names = {s.strip().removesuffix("()") for s in spans}
+    return {n for n in names if _DOTTED.match(n) and n.rsplit(".", 1)[1] not in _FILE_ENDINGS}
+
+
+def _module_file(parts: list[str]) -> Path | None:
+    base = ROOT.joinpath(*parts)
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _resolves(name: str) -> bool:
+    """The longest module prefix of ``name`` exists as a file, and the next part, if any, is
+    an attribute of that module (imported to ask; where it cannot be imported here, a name
+    its source defines)."""
+    import importlib
+
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        source = _module_file(parts[:cut])
+        if source is None:
+            continue
+        if cut == len(parts):
+            return True
+        attr = parts[cut]
+        try:
+            return hasattr(importlib.import_module(".".join(parts[:cut])), attr)
+        except ImportError:  # an optional dependency missing here
+            return re.search(rf"^\s*(?:def |class |async def )?{re.escape(attr)}\b",
+                             source.read_text(), re.M) is not None
+    return False
+
+
+def _missing(text: str) -> list[str]:
+    """What ``text`` names that does not exist: paths, and dotted names that do not resolve."""
+    gone = [p for p in _named_paths(text) if not (ROOT / p).exists()]
+    gone += [n for n in _named_modules(text) if not _resolves(n)]
+    return sorted(gone)
+
+
+def _docstrings_and_comments(path: Path) -> str:
+    """A source file's docstrings and comments: what it says in prose."""
+    import ast
+    import io
+    import tokenize
+
+    source = path.read_text()
+    out = [tok.string for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+           if tok.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            out.append(ast.get_docstring(node, clean=False) or "")
+    return "\n".join(out)
+
+
+def _texts() -> dict[str, str]:
+    """Every text that names our modules: the docs, pyproject.toml, and the docstrings and
+    comments of the packages, tests and benchmarks."""
+    docs = [README, *DOCS, ROOT / "benchmarks" / "README.md", ROOT / "trainer" / "README.md",
+            ROOT / "pyproject.toml"]
+    out = {p.relative_to(ROOT).as_posix(): p.read_text() for p in docs if p.exists()}
+    for folder in (*OURS, "tests", "benchmarks"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if "__pycache__" not in path.parts:
+                out[path.relative_to(ROOT).as_posix()] = _docstrings_and_comments(path)
+    return out
+
+
+def test_the_path_checker_finds_what_is_gone() -> None:
+    """Planted stale names are found, real ones pass (the checker can fail)."""
+    text = """See storage/clients.py and `pipeline/stages.py`; the layout is in
+    `storage/format/layout.py` (storage/io/ holds the rest, storage/nothing/ does not).
+    :mod:`storage.checksums`, ``pipeline.tasks.stages.no_such_function_here``,
+    `storage.format.layout.safe_relative`, :func:`pipeline.tasks.stages`, `trainer.json`,
+    `storage.tokens`, `storage.ReplicaSet`, benchmarks/NAME.py, the docs/s of a run,
+    `benchmarks/results/x_quick.json`, ``loaders.plan.no_such_name``."""
+    assert _missing(text) == ["loaders.plan.no_such_name",
+                              "pipeline.tasks.stages.no_such_function_here", "pipeline/stages.py",
+                              "storage.checksums", "storage/clients.py", "storage/nothing/"]
+    assert "storage/io/" in _named_paths(text)
+
+
+def test_every_module_path_named_exists() -> None:
+    texts = _texts()
+    assert len(texts) > 300 and "pyproject.toml" in texts and "docs/loader.md" in texts
+    bad = [f"{where}: {name}" for where, text in texts.items() for name in _missing(text)]
+    assert not bad, "names of modules or paths that do not exist:\n" + "\n".join(bad)
+
+
+_COMMIT = re.compile(r"(?<![\w/#-])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}(?![\w-])")
+_DATE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")
+
+
+def test_design_is_short_and_states_no_measurement_diary() -> None:
+    """docs/design.md fits in a sitting; no doc under docs/ carries commit hashes or dates
+    (measurements and their history live in benchmarks/README.md)."""
+    lines = DESIGN.read_text().splitlines()
+    assert len(lines) < 550, f"docs/design.md has {len(lines)} lines: move a deep dive out"
+    for doc in DOCS:
+        text = doc.read_text()
+        assert not _COMMIT.findall(text), f"{doc.name} names commits {_COMMIT.findall(text)}"
+        assert not _DATE.findall(text), f"{doc.name} carries dates {_DATE.findall(text)}"
+    assert _COMMIT.findall("at 97866af on a quiet host, 1a58900") == ["97866af", "1a58900"]
+    assert not _COMMIT.findall("deadbeef-free <sha16> 12345678 abcdefab")
+
+
+def _slug(heading: str) -> str:
+    """The anchor GitHub makes of a heading."""
+    text = heading.strip().lower().replace("`", "")
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def test_links_between_docs_resolve() -> None:
+    """A relative link in the docs names a file that exists, and its #anchor a heading there."""
+    bad = []
+    for doc in (README, *DOCS, ROOT / "benchmarks" / "README.md"):
+        for target in re.findall(r"\]\(([^)\s]+)\)", doc.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue  # https:, mailto:
+            path, _, anchor = target.partition("#")
+            file = (doc.parent / path).resolve() if path else doc
+            if not file.exists():
+                bad.append(f"{doc.name}: {target} (no such file)")
+            elif anchor and file.suffix == ".md":
+                heads = re.findall(r"^#+ (.+)$", file.read_text(), re.M)
+                if anchor not in {_slug(h) for h in heads}:
+                    bad.append(f"{doc.name}: {target} (no such heading)")
+    assert not bad, "\n".join(bad)

@@ -14,8 +14,9 @@ OURS = {"infra", "storage", "pipeline", "loaders", "trainer", "loopback_s3"}
 #: infra (shared machinery: the config mechanism, user files, processes, energy) is below all
 ALLOWED = {"infra": set(), "storage": {"infra"}, "pipeline": {"storage", "infra"},
            "loaders": {"storage", "infra"}, "trainer": {"loaders", "storage", "infra"},
-           # the loopback S3 servers (tests and demos, not in the wheel): nothing of ours
-           "loopback_s3": set()}
+           # the loopback S3 servers (tests and demos, not in the wheel): infra's config
+           # mechanism for `python -m loopback_s3`'s flags, nothing else of ours
+           "loopback_s3": {"infra"}}
 FORBIDDEN_THIRD_PARTY = {"loaders": {"dask", "distributed"}, "trainer": {"dask", "distributed"}}
 
 #: storage's subpackages and which of them each may import (docs/design.md, "Packages")

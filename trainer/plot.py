@@ -6,10 +6,13 @@ training never needs it.
 
 from __future__ import annotations
 
-import argparse
 import os
 from pathlib import Path
+from typing import Annotated
 
+from cyclopts import Parameter
+
+from infra.config import make_app, parse
 from trainer.metrics import read_jsonl
 
 
@@ -106,11 +109,24 @@ def plot_mixture(ax, records: list[dict]) -> None:
     ax.legend(fontsize="small", ncol=min(len(names), 6))
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainer plot",
-                                description="Plot a run's metrics.jsonl to metrics.png.")
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a --run-dir of a training run")
-    p.add_argument("--out", default=None, help="PNG path (default: RUN_DIR/metrics.png)")
-    args = p.parse_args(argv)
-    print(plot_run(args.run_dir, args.out))
+app = make_app("python -m trainer plot", help="Plot a run's metrics.jsonl to metrics.png.",
+               component=None)
+
+
+@app.default
+def _plot(run_dir: Annotated[str, Parameter(metavar="RUN_DIR",
+                                            help="a --run-dir of a training run")], /, *,
+          out: Annotated[str | None, Parameter(
+              metavar="OUT", help="PNG path (default: RUN_DIR/metrics.png)")] = None) -> int:
+    print(plot_run(run_dir, out))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m trainer plot RUN_DIR [--out PNG]``; a bad flag prints one ``error:`` line
+    and exits 2 (:func:`infra.config.parse`)."""
+    import sys
+
+    command, bound = parse(app, sys.argv[2:] if argv is None else argv)
+    result = command(*bound.args, **bound.kwargs)
+    return result if isinstance(result, int) else 0  # --help prints and returns None

@@ -270,3 +270,20 @@ def test_fixtures_give_fresh_buckets_on_two_independent_servers(
     crossed = second.storage_options(key=first.access_key, secret=first.secret_key)
     with pytest.raises(PermissionError):
         _fs(crossed).ls(s3_buckets[1].url)
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    ([], "a command is required"), (["serve", "--replicas", "0"], "--replicas"),
+    (["serve", "--backend", "s3"], "--backend"), (["serve", "--no-such-flag"], "--no-such-flag"),
+])
+def test_cli_bad_input_is_one_error_line(argv: list[str], says: str,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """The shared config mechanism's convention (infra/config.py): one line, rc 2, before
+    any server starts."""
+    from loopback_s3.__main__ import main
+
+    with pytest.raises(SystemExit) as caught:
+        main(argv)
+    err = capsys.readouterr().err
+    assert caught.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1
+    assert says in err

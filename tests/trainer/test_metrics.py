@@ -97,6 +97,21 @@ def test_plot_subcommand_writes_a_png(tmp_path: Path) -> None:
     assert len(png) > 10_000  # three panels with data, not an empty canvas
 
 
+@pytest.mark.parametrize("argv", [["plot"], ["plot", "a", "b"], ["plot", "a", "--width", "3"]])
+def test_plot_flags_go_through_the_config_mechanism(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """A missing RUN_DIR, an extra argument, an unknown flag: one ``error:`` line, rc 2."""
+    with pytest.raises(SystemExit) as caught:
+        cli_main(argv)
+    err = capsys.readouterr().err
+    assert caught.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_plot_help_names_its_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["plot", "--help"]) == 0
+    assert "RUN_DIR" in capsys.readouterr().out
+
+
 def test_plot_of_an_empty_log_fails_clearly(tmp_path: Path) -> None:
     (tmp_path / "metrics.jsonl").write_text("")
     with pytest.raises(ValueError, match="no records"):
