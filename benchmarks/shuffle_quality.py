@@ -133,7 +133,7 @@ def litdata_style(n_samples: int, chunk_samples: int, item_window: int, seed: in
 
 def one_stream_order(sizes: np.ndarray, seed: int, epoch: int, window_blocks: int
                      ) -> np.ndarray:
-    """The previous plan's global order (``loaders.plan.block_order`` before the lanes)."""
+    """The previous plan's global order (the previous plan's ``block_order``, before the lanes)."""
     n = int(sizes.sum())
     rng = np.random.default_rng([0x5EED_F10, seed, epoch])
     perm = rng.permutation(len(sizes))

@@ -13,7 +13,7 @@ interleaved rounds, medians:
   (the same GPT-2 tokenizer.json), ``LocalPipelineExecutor`` with a task per file.
 
 Language ID is left out of both: datatrove's ``LanguageFilter`` needs fastText's lid.176,
-a download. The extractors differ (that is the choice measured in docs/design.md), so the
+a download. The extractors differ (that is the choice docs/web-data.md explains), so the
 two keep different documents; the rules' own agreement is tested in
 tests/pipeline/web/test_agreement.py.
 

@@ -66,7 +66,7 @@ LOW_WATER = 0.9
 STALE_TMP_S = 3600.0
 
 #: a sha256 in hex, or its first 32 hex digits (the row-group digests of a binary index),
-#: either prefixed ``b3-`` for BLAKE3 (``storage.checksums.piece_key``); or ``s-`` and a
+#: either prefixed ``b3-`` for BLAKE3 (``storage.format.checksums.piece_key``); or ``s-`` and a
 #: shard's sha256: the shard-shaped file its row groups are placed in (:meth:`put_placed`)
 _KEY = re.compile(r"^(?:(?:b3-)?[0-9a-f]{32}(?:[0-9a-f]{32})?|s-[0-9a-f]{64})$")
 #: shard files kept mapped per process (a mapping is reused for every row group of a shard)

@@ -33,7 +33,7 @@ import numpy as np
 
 #: The default read-ahead budget (``ReadSettings.readahead_bytes``): decoded row groups a
 #: reader from an object store may hold ahead of their use, which bounds how far its requests
-#: grow (:func:`window_cap`). A request holds a whole run of ``loaders.plan.run_blocks`` row
+#: grow (:func:`window_cap`). A request holds a whole run of ``run_blocks`` row
 #: groups only when the window covers a run of each of the reader's lanes, i.e. the budget
 #: holds ``(lanes x run_blocks + lookahead)`` decoded row groups: for 8 lanes (a per-rank batch
 #: of 8), runs of 64 and the pipeline's 256 Ki uint16 tokens, (8 x 64 + 16) x 512 KiB = 264

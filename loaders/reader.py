@@ -7,7 +7,7 @@ together with its neighbours in the same shard that the plan uses soon when the 
 (one request per unit of :mod:`loaders.coalesce`), through ``storage``'s replica set (failover,
 back-off, hedging); each row group is checked against the
 index's digest (the first 16 bytes of its BLAKE3, or of its SHA-256 in older datasets:
-:mod:`storage.checksums`) before it is decoded.
+:mod:`storage.format.checksums`) before it is decoded.
 With a :class:`loaders.cache.ChunkCache`, pieces already on local disk (re-verified there) are
 not requested from the store at all, and fetched ones are added to it. Which row groups to
 hold, and for how long, is :mod:`loaders.prefetch`'s job.
@@ -86,7 +86,7 @@ class MappedShards:
         """The whole of the file ``path``, which must be ``size`` bytes, mapped read-only.
 
         ``root``: the dataset ``path`` is in; a path that reaches outside it through a symlink
-        is refused (:func:`storage.local_paths.check_read`) when the file is mapped, once per
+        is refused (:func:`storage.io.local.paths.check_read`) when the file is mapped, once per
         mapping, not per row group read from it.
         """
         with self._lock:
@@ -258,7 +258,7 @@ class TokenReader(ProcessLocal):
         # With the shard's codec in the index the decode needs no footer (one GET and its
         # parsed form fewer per shard and process: storage.format.chunk_footer).
         codec = where.codec_of(shard) if self._footerless else None
-        # start, end, key (storage.checksums.piece_key: what the piece must hash to), group
+        # start, end, key (storage.format.checksums.piece_key: what the piece must hash to), group
         pieces: list[tuple[int, int, str, int | None]] = []
         for g in groups:
             if int(self.index.shard_of[g]) != shard:

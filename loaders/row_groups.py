@@ -13,7 +13,7 @@ manifest format.
   (``WHOLE_OBJECT_BYTES``) gives them at once, from the same bytes as the plan's.
 
 A ``shardflow.dataset/1`` manifest lists the same facts inline; they are turned into the same
-arrays (through :func:`storage.index.build_index`), so the reader has one code path. Nothing
+arrays (through :func:`storage.format.index.build_index`), so the reader has one code path. Nothing
 here holds a Python object per row group.
 """
 
@@ -58,7 +58,7 @@ class Locations:
     footer_length: np.ndarray
     footer_sha256: np.ndarray
     shard_sha256: np.ndarray
-    #: what ``digest`` holds: ``blake3`` or ``sha256`` prefixes (``storage.checksums``)
+    #: what ``digest`` holds: ``blake3`` or ``sha256`` prefixes (``storage.format.checksums``)
     algorithm: str = SHA256
     #: per shard, the Parquet codec of its token chunks when they decode without the footer
     #: (``storage.format.chunk_footer``; 255: read the footer); ``None``: an older index
@@ -79,7 +79,7 @@ class Locations:
 
     def piece(self, g: int) -> tuple[int, int, str]:
         """Row group ``g``'s token column chunk: ``(start, end, key)``; a piece is verified by
-        ``storage.checksums.piece_matches(key, bytes)`` (the key names the algorithm)."""
+        ``storage.format.checksums.piece_matches(key, bytes)`` (the key names the algorithm)."""
         start = int(self.offset[g])
         return start, start + int(self.length[g]), piece_key(digest_hex(self.digest, g),
                                                              self.algorithm)

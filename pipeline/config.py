@@ -216,7 +216,7 @@ class PipelineConfig(CarbonFlags, OutputFlags, ExecutionFlags, ShardFlags, Token
     @property
     def recipe(self) -> Recipe:
         """The steps this run applies: ``--steps`` (or the config file's ``[[steps]]``), else
-        the recipe the step flags describe (:func:`pipeline.steps.shorthand_recipe`)."""
+        the recipe the step flags describe (:func:`pipeline.steps.shorthand.shorthand_recipe`)."""
         languages = check_languages(tuple(sorted(
             {c.strip().lower() for c in (self.languages or "").split(",") if c.strip()})))
         if self.steps is not None:

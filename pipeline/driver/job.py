@@ -8,7 +8,7 @@ phase 2 leave markers under ``_work/`` (see ``pipeline.tasks.work``); the manife
 partition order, from results that do not depend on timing; the binary row-group index of its
 shards is put (``index/<sha16>.sfidx``, the store's quorum put) and named by the manifest
 (``shardflow.dataset/2``), which is committed by one atomic put of
-``manifest.json`` (``storage.versions.commit``, which then records the version under
+``manifest.json`` (``storage.admin.versions.commit``, which then records the version under
 ``_versions/``); then ``_work/`` is removed and the lease released. Every object outside
 ``_work/`` has a content-addressed name, so a rebuild into the output of a committed dataset
 never touches what that dataset's manifest names: until the swap readers see the old version,
@@ -21,7 +21,7 @@ and one row group: a partition is streamed a row group at a time, ``shards.Shard
 finished shard's compressed bytes, ~0.4 x partition_bytes, once for the put), or B0 plus
 one dedup bucket or key group (~100 bytes x ``shuffle.TASK_KEYS`` keys; more beyond 2 Gi keys,
 see ``shuffle.sizes``) during the shuffle, whatever the input size. Only counts and small
-results reach the driver. Details and exceptions: docs/design.md, "Worker memory"; checked by
+results reach the driver. Details and exceptions: docs/pipeline-job.md, "Worker memory"; checked by
 tests/pipeline/test_memory.py.
 """
 
@@ -101,7 +101,7 @@ class RunSummary:
     resumed: int = 0
     #: the version record this run added (``""``: the manifest was the latest version's)
     version: str = ""
-    #: degraded writes still open after the commit (``storage.degraded``): one line each
+    #: degraded writes still open after the commit (``storage.io.degraded``): one line each
     degraded: tuple[str, ...] = ()
     inputs: int = 0
     #: inputs of 0 bytes (a truncated upload, an empty .jsonl.gz): listed, never silent

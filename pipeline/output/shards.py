@@ -45,7 +45,7 @@ META_NAMES = frozenset(f.name for f in META_FIELDS)
 GPT2_DTYPE = np.dtype("<u2")
 #: the shard codecs (``--shard-compression``, pyarrow's names; "lz4" is written as LZ4_RAW)
 #: and the level each is written at. zstd: the smallest shards; lz4 and none: less of the
-#: loader's CPU per token (docs/design.md, "Shard compression").
+#: loader's CPU per token (docs/loader.md, "Footers made from the index").
 SHARD_CODECS: dict[str, int | None] = {"zstd": 3, "lz4": None, "none": None}
 DEFAULT_CODEC = "zstd"
 #: a column chunk's codec as its Parquet metadata names it -> :data:`SHARD_CODECS`' name

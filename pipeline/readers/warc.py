@@ -2,7 +2,7 @@
 conversion record, with its URL, date and ``file@offset``.
 
 Records are framed here and parsed by FastWARC (Resiliparse's WARC library: 2x warcio's
-speed on the same files, docs/design.md). Framing is ours so that a broken record costs only
+speed on the same files, benchmarks/README.md). Framing is ours so that a broken record costs only
 itself: a ``.gz`` file is read one gzip member at a time (Common Crawl writes one record per
 member, and the member's compressed offset is what its index names), a plain ``.warc`` one
 header block + Content-Length at a time. A member whose deflate data breaks, a truncated last

@@ -10,7 +10,7 @@ manifest entry, as if no duplicate were dropped. Dedup, across partitions, is
 and each partition picks its condemned rows from every bucket. Phase 2, per partition: a
 partition that lost no row has its shard copied into place; one that did is re-encoded.
 
-Every object written outside ``_work/`` is named by its content (``storage.layout``): a rerun
+Every object written outside ``_work/`` is named by its content (``storage.format.layout``): a rerun
 writes its shards next to the committed version's, never over them, and identical content
 lands on the identical name.
 """

@@ -2,9 +2,10 @@
 complexity check first.
 
 Chosen over Trafilatura (datatrove's and FineWeb's extractor) for speed: on the Debian HTML
-manuals of the tests it is ~40x faster per page (docs/design.md), with the same kind of
-output (paragraphs as lines, list items as "• " lines, navigation, footers, forms and user
-comments left out). DCLM's pipeline made the same choice for the same reason.
+manuals of the tests it is ~40x faster per page (benchmarks/README.md, ``web_pipeline.py``),
+with the same kind of output (paragraphs as lines, list items as "• " lines, navigation,
+footers, forms and user comments left out). DCLM's pipeline made the same choice for the
+same reason.
 
 **Why a check.** Parsing is linear, but the main-content extraction is not: its cost grows
 with the depth of every block element (a chain of 2,000 nested ``<div>`` takes 0.14 s, 10,000

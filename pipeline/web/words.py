@@ -6,7 +6,7 @@ contractions split, a few infixes). :func:`words` follows the same rules with a 
 a per-chunk cache, about 50x faster on web text; where the two can differ (abbreviations
 spaCy knows and we do not, non-Latin letter classes, URLs with trailing punctuation) the
 difference moves a count by a token or two, which changes a decision only at a threshold's
-edge (measured in tests/pipeline/web/test_agreement.py and docs/design.md).
+edge (measured in tests/pipeline/web/test_agreement.py; figures in benchmarks/README.md).
 
 :func:`sentence_count` is spaCy's sentencizer rule on those tokens: a new sentence starts at
 a token that is not punctuation and follows a sentence-ending token.

@@ -1,4 +1,5 @@
-"""The dataset layout on the store (see docs/design.md), and the rule that keeps paths inside it.
+"""The dataset layout on the store (see docs/dataset-format.md), and the rule that keeps paths
+inside it.
 
 Every object a manifest names is *content-addressed*: its name carries the first 16 hex
 digits of its sha256, so the same bytes always get the same name (reruns stay byte-identical)

@@ -49,8 +49,9 @@ class Location:
     def confined(self) -> Location:
         """This location as a dataset's: on a local filesystem, one whose every read, write
         and removal stays inside the root, never through a symlink out
-        (:class:`storage.io.local.paths.DatasetFileSystem`; the rules are in that module). Other
-        filesystems are returned as they are: object stores have no symlinks.
+        (:class:`storage.io.local.dataset_fs.DatasetFileSystem`; the rules are in
+        :mod:`storage.io.local.paths`). Other filesystems are returned as they are: object
+        stores have no symlinks.
 
         Not the default of :func:`resolve`: input corpora (often symlink farms, such as a
         model hub's cache) and other folders keep plain local semantics.

@@ -1,4 +1,4 @@
-"""Files a user names are opened as regular files and read bounded (storage/user_files.py):
+"""Files a user names are opened as regular files and read bounded (infra/user_files.py):
 a FIFO is refused at once (never opened, never waited on), a device unopened, a long file or
 line refused naming the file (and line), never cut and never read whole."""
 

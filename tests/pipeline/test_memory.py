@@ -1,5 +1,5 @@
 """A worker's memory is bounded by a row group and the finished shard, not by the partition
-or the input size (docs/design.md, "Worker memory").
+or the input size (docs/pipeline-job.md, "Worker memory").
 
 The second test runs one partition of 32 MiB and one of 128 MiB (GPT-2, ~30 M tokens): the
 peaks must differ by little more than the larger shard's compressed bytes. The first:

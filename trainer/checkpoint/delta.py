@@ -19,7 +19,7 @@ A record is a 24-byte header and a payload::
   2**bits), zigzag-mapped (0, -1, 1, -2 ... -> 0, 1, 2, 3 ...) so that a small step either way
   has zero high bytes; splitting the elements into planes (all low bytes, then all second
   bytes, ...) puts those zeros together. What the encoder writes for a changed chunk: 3 %
-  smaller than ``XOR`` on AdamW's state (docs/design.md, "Delta checkpoints");
+  smaller than ``XOR`` on AdamW's state (docs/trainer.md, "Delta checkpoints");
 * ``XOR``   – zstd of the byte planes of ``new XOR base`` (the first codec; still read);
 * ``RAW``   – zstd of the byte planes of the chunk itself (no base chunk of that shape);
 * ``BYTES`` – a non-tensor value (DCP's ``BYTE_IO`` item), stored as is;

@@ -4,7 +4,7 @@ documents: the Debian HTML manuals (main text by Resiliparse) and the README and
 texts Debian installs, plus variants of them cut to lengths and line shapes near the rules'
 thresholds. Target: >= 99 % agreement per rule set. Where the two differ, the cause is the
 word split (spaCy's tokenizer there, :mod:`pipeline.web.words` here) moving a count across a
-threshold; docs/design.md ("Web data") lists the measured disagreements."""
+threshold; docs/web-data.md lists the known differences, benchmarks/README.md the measured ones."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pipeline.web.text import Text
 from tests.pipeline.web import warcs
 
 #: documents compared (datatrove splits words with spaCy: ~8 s for these on an idle core;
-#: a 240-document sample of 6,000-character texts agreed 100 % too, docs/design.md)
+#: a 240-document sample of 6,000-character texts agreed 100 % too, benchmarks/README.md)
 SAMPLE = 200
 MAX_CHARS = 1500
 
