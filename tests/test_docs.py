@@ -370,3 +370,13 @@ def test_links_between_docs_resolve() -> None:
                 if anchor not in {_slug(h) for h in heads}:
                     bad.append(f"{doc.name}: {target} (no such heading)")
     assert not bad, "\n".join(bad)
+
+
+def test_short_module_names_in_docs_exist() -> None:
+    """A bare ``name.py`` in the docs (a deep dive's `plan.py`) is some module's file name."""
+    names = {p.name for folder in (*OURS, "tests", "benchmarks")
+             for p in (ROOT / folder).rglob("*.py")}
+    bad = [f"{doc.name}: {name}" for doc in (README, *DOCS, ROOT / "benchmarks" / "README.md")
+           for name in sorted(set(re.findall(r"(?<![\w/.-])(\w+\.py)\b", doc.read_text())))
+           if name not in names]
+    assert not bad, f"the docs name modules no package has: {bad}"
