@@ -21,11 +21,7 @@ FORBIDDEN_THIRD_PARTY = {"loaders": {"dask", "distributed"}, "trainer": {"dask",
 
 #: storage's subpackages and which of them each may import (docs/design.md, "Packages")
 STORAGE_LAYERS = {"format": {"format"}, "io": {"format", "io"},
-                  "admin": {"format", "io", "admin", "config"},
-                  # infra/config.py, the CLIs' shared configuration: above io/, below admin/
-                  "config": {"format", "io"},
-                  # energy and carbon (meter, signal, planner): beside the others, needing none
-                  "energy": {"energy"}}
+                  "admin": {"format", "io", "admin"}}
 
 
 def _imports(path: Path) -> set[str]:
@@ -133,8 +129,7 @@ def layering_violations(graph: dict[str, list[tuple[str, str, int]]]) -> list[st
     bad = []
     for module, targets in graph.items():
         parts = module.split(".")
-        layer = (parts[1] if len(parts) > 2 and parts[1] in STORAGE_LAYERS
-                 else "config" if module == "infra.config" else None)
+        layer = parts[1] if len(parts) > 2 and parts[1] in STORAGE_LAYERS else None
         for target, name, line in targets:
             where = f"{module} (line {line}) imports {name} from {target}"
             tparts = target.split(".")
