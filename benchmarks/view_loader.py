@@ -17,13 +17,17 @@ and view alternating) of:
   threads per billion tokens;
 - ``--view-read-threads N``: each pair also loads the view with ``N`` read threads (the
   loader's default is 2): more decode threads, for the view's doubled decode per token;
+- ``pages``: could a view skip what it drops? A few row groups' token column written again
+  with smaller data pages: bytes and decode time against the writer's pages;
 - ``read``: why -- every row group of each fetched, verified and decoded once on this thread
   (``TokenReader.fetch_groups``, what the read threads do): CPU per row group and the tokens
   it yields. A view decodes each row group whole for the half it keeps.
 
-Figures are medians: each round's of its epochs, then over the rounds; the ratio is also given
-as the median of every epoch pair's own ratio. Results: ``benchmarks/results/view_loader.json``
-and ``view_loader.png``.
+``--shard-compression lz4`` or ``none`` builds the source with that codec (a row group's
+decode then costs less: the cost a view doubles per token). Figures are medians: each round's
+of its epochs, then over the rounds; the ratio is also given as the median of every epoch
+pair's own ratio. Results: ``benchmarks/results/view_loader.json`` and ``view_loader.png``
+(``view_loader_lz4``, ``view_loader_none`` for the other codecs).
 """
 
 from __future__ import annotations
@@ -74,6 +78,55 @@ def run_read(url: str) -> dict[str, Any]:
     cpu = time.thread_time() - cpu0
     return {"row_groups": n, "cpu_s": cpu, "us_per_group": cpu / n * 1e6,
             "tokens_per_group": tokens / n, "cpu_s_per_gtok": cpu / tokens * 1e9}
+
+
+#: data page sizes tried for ``pages``: the writer's (1 MiB: one page a row group's token
+#: chunk), smaller, and one document a page (the only size at which a view keeping documents
+#: at random could skip pages)
+PAGE_SIZES = {"1 MiB (the writer's)": (1 << 20, 1024), "64 KiB": (64 << 10, 1),
+              "8 KiB": (8 << 10, 1), "a document": (1, 1)}
+
+
+def run_pages(root: Path, groups: int = 8) -> dict[str, Any]:
+    """Could a view skip the pages it keeps nothing of? ``groups`` row groups of the first
+    shard's token column written again (the shards' codec and level) at each of
+    :data:`PAGE_SIZES`: bytes and decode time per row group, against the writer's pages."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    from pipeline.output.shards import SHARD_CODECS
+
+    first = sorted((root / NAMES["source"] / "shards").glob("*.parquet"))[0]
+    shard = pq.ParquetFile(first)
+    codec = shard.metadata.row_group(0).column(
+        shard.schema_arrow.get_field_index("input_ids")).compression.lower()
+    tables = [shard.read_row_group(g, columns=["input_ids"]) for g in range(groups)]
+    out: dict[str, Any] = {}
+    for name, (page, batch) in PAGE_SIZES.items():
+        buf = io.BytesIO()
+        with pq.ParquetWriter(buf, tables[0].schema, compression=codec,
+                              compression_level=SHARD_CODECS.get(codec), use_dictionary=False,
+                              data_page_size=page, write_batch_size=batch,
+                              write_statistics=False) as writer:
+            for t in tables:
+                writer.write_table(t, row_group_size=t.num_rows)
+        f = pq.ParquetFile(io.BytesIO(buf.getvalue()))
+        size = sum(f.metadata.row_group(g).column(0).total_compressed_size
+                   for g in range(groups))
+        times = []
+        for _ in range(5):
+            t0 = time.thread_time()
+            for g in range(groups):
+                f.read_row_group(g, use_threads=False)
+            times.append((time.thread_time() - t0) / groups)
+        out[name] = {"bytes_per_group": size / groups, "decode_us_per_group": median(times) * 1e6,
+                     "documents_per_group": tables[0].num_rows}
+    base = out[next(iter(PAGE_SIZES))]
+    for v in out.values():
+        v["bytes_vs_writer"] = v["bytes_per_group"] / base["bytes_per_group"]
+        v["decode_vs_writer"] = v["decode_us_per_group"] / base["decode_us_per_group"]
+    return out
 
 
 def run_round(root: Path, r: int, epochs: int, view_threads: int = 0) -> dict[str, Any]:
@@ -131,6 +184,8 @@ def main() -> int:
                         help="loader epoch pairs (source, view) per round")
     parser.add_argument("--view-read-threads", type=int, default=0,
                         help="also load the view with this many read threads, each pair")
+    parser.add_argument("--shard-compression", default="zstd",
+                        help="the source's shard codec: zstd (the default), lz4 or none")
     parser.add_argument("--quick", action="store_true", help="5 M tokens, 2 runs")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
@@ -138,11 +193,12 @@ def main() -> int:
         args.tokens, args.runs = 5_000_000, 2
     root = Path(args.workdir or tempfile.mkdtemp(prefix="view-loader-bench-"))
     shutil.rmtree(root / "web", ignore_errors=True)
-    source = build_source(root, args.tokens)
+    source = build_source(root, args.tokens, compression=args.shard_compression)
     view = run_select(root)
     print(f"source: {source['documents']:,} documents, {source['tokens']:,} tokens, "
           f"{source['row_groups']:,} row groups; view {WHERE}: {view['kept']:,} documents "
-          f"({view['kept'] / view['of']:.1%}), {view['kept_tokens']:,} tokens")
+          f"({view['kept'] / view['of']:.1%}), {view['kept_tokens']:,} tokens; shards "
+          f"{args.shard_compression}")
     rounds = []
     for r in range(args.runs):
         rounds.append(run_round(root, r, args.epochs, args.view_read_threads))
@@ -171,8 +227,16 @@ def main() -> int:
           f"tokens, source {s['read_source_us_per_group']:,.0f} us for "
           f"{s['read_source_tokens_per_group']:,.0f} ({s['read_view_cpu_s_per_gtok']:.2f} vs "
           f"{s['read_source_cpu_s_per_gtok']:.2f} CPU-s per billion tokens)")
+    pages = run_pages(root)
+    for page, v in pages.items():
+        print(f"  pages    {page:>20}: a row group's tokens {v['bytes_vs_writer']:.2f}x the "
+              f"bytes, decoded in {v['decode_vs_writer']:.2f}x the time "
+              f"({v['decode_us_per_group']:,.0f} us)")
     name = "view_loader_quick" if args.quick else "view_loader"
-    results = {"source": source, "view": view, "where": WHERE, "runs": args.runs,
+    if args.shard_compression != "zstd":
+        name += f"_{args.shard_compression}"
+    results = {"shard_compression": args.shard_compression, "pages": pages,
+               "source": source, "view": view, "where": WHERE, "runs": args.runs,
                "epochs": args.epochs, "view_read_threads": args.view_read_threads,
                "rounds": rounds, "summary": s, "machine": machine()}
     path = write_results(name, results)

@@ -48,8 +48,10 @@ SEQ = 2048
 BATCH = 8
 
 
-def build_source(root: Path, n_tokens: int, seed: int = 0) -> dict[str, Any]:
-    """The source dataset: the pipeline's shard layout and index, with signal columns."""
+def build_source(root: Path, n_tokens: int, seed: int = 0,
+                 compression: str = "zstd") -> dict[str, Any]:
+    """The source dataset: the pipeline's shard layout and index, with signal columns;
+    ``compression``: the shards' codec (``pipeline.output.shards.SHARD_CODECS``)."""
     import pyarrow as pa
 
     from pipeline.output.shards import ShardWriter, schema_description, shard_table, token_column
@@ -78,7 +80,8 @@ def build_source(root: Path, n_tokens: int, seed: int = 0) -> dict[str, Any]:
                              "lang": pa.array(np.where(rng.random(len(chunk)) < 0.5, "en",
                                                        "de"))})
         path = f"shards/part-{i:05d}.parquet"
-        with ShardWriter(dtype, 256 * 1024, schema=None) as writer:  # the table's columns
+        # schema=None: the table's columns
+        with ShardWriter(dtype, 256 * 1024, schema=None, compression=compression) as writer:
             writer.add(table)
             data, info = writer.finish(path)
         store.put(path, data)
