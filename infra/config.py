@@ -39,6 +39,7 @@ from cyclopts.argument import ArgumentCollection
 from cyclopts.config import Dict, Env
 from cyclopts.exceptions import CycloptsError
 
+from infra import environment
 from infra.user_files import (
     CONFIG_LIMIT,
     OPTIONS_LIMIT,
@@ -117,7 +118,7 @@ def json_object(text: str) -> dict[str, Any]:
 def storage_options_default(fallback: Any = None) -> Any:
     """``$SHARDFLOW_STORAGE_OPTIONS`` when set (to be parsed by :func:`json_object`, which then
     names the variable in its errors), else ``fallback``."""
-    value = os.environ.get(STORAGE_OPTIONS_ENV)
+    value = environment.value(STORAGE_OPTIONS_ENV)
     return _FromEnvironment(value) if value else fallback
 
 

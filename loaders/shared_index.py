@@ -53,6 +53,8 @@ from collections.abc import Callable
 import blake3
 import numpy as np
 
+from infra import environment
+
 MAGIC = b"SFIDXv1\n"
 #: a smaller index object: its arrays are built in process memory as before
 MIN_INDEX_BYTES = 8 << 20
@@ -72,7 +74,7 @@ class UntrustedCopy(OSError):
 def index_dir(cache_dir: str | None = None) -> str:
     if cache_dir:
         return os.path.join(cache_dir, "index")
-    return os.environ.get(ENV_DIR) or tempfile.gettempdir()
+    return environment.value(ENV_DIR) or tempfile.gettempdir()
 
 
 def private_folder(directory: str) -> str:

@@ -11,13 +11,16 @@ Tests that kill or stop servers must start their own `S3Server`, not use these s
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
 from collections.abc import Iterator
 
 import pytest
 
+from infra import environment
 from loopback_s3.servers import S3Bucket, S3Server, start_servers
+
+#: forces the fixtures' server implementation (registered in infra/environment.py)
+BACKEND_ENV = "SHARDFLOW_S3_BACKEND"
 
 N_SERVERS = 2
 
@@ -37,7 +40,7 @@ def _fresh_bucket(server: S3Server) -> Iterator[S3Bucket]:
 @pytest.fixture(scope="session")
 def s3_servers() -> Iterator[list[S3Server]]:
     """Two independent S3 servers (own credentials, ports and data), started in parallel."""
-    servers = start_servers(N_SERVERS, backend=os.environ.get("SHARDFLOW_S3_BACKEND", "auto"))
+    servers = start_servers(N_SERVERS, backend=environment.value(BACKEND_ENV))
     yield servers
     for server in servers:
         server.stop()

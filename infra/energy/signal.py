@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from infra import environment
 from infra.energy.planner import Segment
 
 HEADER_ENV = "SHARDFLOW_CARBON_SIGNAL_HEADER"
@@ -176,7 +177,7 @@ def parse_signal(data: Any, name: str = "signal") -> list[Segment]:
 def _fetch(src: str, timeout: float = 30.0) -> bytes:
     if src.startswith(("http://", "https://")):
         req = urllib.request.Request(src, headers={"Accept": "application/json"})
-        header = os.environ.get(HEADER_ENV, "")
+        header = environment.value(HEADER_ENV)
         if ":" in header:
             k, v = header.split(":", 1)
             req.add_header(k.strip(), v.strip())

@@ -11,12 +11,12 @@ changes nothing), on the Agg backend, at a fixed size and dpi, and saved without
 from __future__ import annotations
 
 import io
-import os
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from infra import environment
 from pipeline.output.card_figures import Figures
 
 #: set to 0 to draw no pictures (the card is then text only, and says so)
@@ -27,7 +27,7 @@ _BLUE, _GRAY, _RED, _ORANGE = "tab:blue", "tab:gray", "tab:red", "tab:orange"
 
 def available() -> str | None:
     """``None`` when pictures can be drawn; else why not, for the card's note."""
-    if os.environ.get(ENV_PLOTS, "1") == "0":
+    if environment.value(ENV_PLOTS) == "0":
         return f"pictures turned off ({ENV_PLOTS}=0)."
     try:
         import matplotlib  # noqa: F401

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 
 import numpy as np
 from tokenizers import Tokenizer
+
+from infra import environment
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +196,7 @@ def _self_check(fast: FastBPE, reference: Tokenizer, tok_json: str) -> str | Non
 
 def forced_hf() -> bool:
     """``SHARDFLOW_TOKENIZER_ENGINE=hf``: HF ``tokenizers`` encodes everything."""
-    return os.environ.get(ENGINE_ENV, "auto").strip().lower() == "hf"
+    return environment.value(ENGINE_ENV).strip().lower() == "hf"
 
 
 def checked(tok_json: str, reference: Tokenizer) -> FastBPE | None:

@@ -36,6 +36,7 @@ import threading
 from datetime import timedelta
 from typing import Any
 
+from infra import environment
 from infra.process.local import ProcessLocal, none
 from storage.io.fsspec_fs import fsspec_fs
 
@@ -351,7 +352,7 @@ def read_range(fs: Any, path: str, start: int | None = None, end: int | None = N
 
 def wants_obstore(options: dict[str, Any]) -> dict[str, Any] | None:
     """The ``obstore`` settings for these s3fs ``options`` when ``obstore`` should be used."""
-    choice = os.environ.get(CLIENT_ENV, "auto").strip().lower() or "auto"
+    choice = environment.value(CLIENT_ENV).strip().lower() or "auto"
     if choice == "s3fs":
         return None
     settings = s3_config(options)
