@@ -20,7 +20,9 @@ class StrictModeError(RuntimeError):
 class Document:
     """``kind``: ``"text"``, ``"html"`` (the web steps extract its text) or ``"other:MIME"``
     (a web record that is neither, counted and dropped by the web steps). ``url``, ``date`` and
-    ``source`` (``file@offset``) come from WARC/WET records."""
+    ``source`` (``file@offset``) come from WARC/WET records; for the other formats ``source``
+    (``file:line``, ``file@offset``, ``file#row``) is set only when the id is not it
+    (``--id-field``): otherwise the id *is* the source, and lineage reads it there."""
 
     doc_id: str
     text: str

@@ -50,6 +50,8 @@ from pipeline.driver.cluster import dask_client
 from pipeline.driver.progress import ProgressBar
 from pipeline.driver.window import TaskWindow
 from pipeline.driver.worker_checks import check_not_all_unreadable, probe_inputs, watch
+from pipeline.lineage import provenance
+from pipeline.lineage.code_version import code_version
 from pipeline.output.contamination import build_report, with_report
 from pipeline.output.shard_table import ShardTable
 from pipeline.output.shards import schema_description
@@ -142,9 +144,13 @@ class RunSummary:
 
 
 def build_manifest(cfg: PipelineConfig, tok: tokenizing.TokenizerSpec,
-                   ones: work.PhaseOneResults, twos: work.PhaseTwoResults) -> Manifest:
+                   ones: work.PhaseOneResults, twos: work.PhaseTwoResults,
+                   inputs: tuple[int, str] | None = None) -> Manifest:
     """The manifest from the results (its shards are listed by the index, written from
-    ``twos.shards`` in partition order, never completion order: :func:`with_shard_index`)."""
+    ``twos.shards`` in partition order, never completion order: :func:`with_shard_index`).
+
+    ``inputs``: the input listing's file count and hash for ``lineage``
+    (:func:`pipeline.lineage.provenance.listing_sha256`; ``None``: no lineage recorded)."""
     dropped: Counter[str] = Counter(ones.dropped)
     changed, quarantined = ones.changed, ones.quarantined
     dropped.update(twos.duplicates)
@@ -165,15 +171,26 @@ def build_manifest(cfg: PipelineConfig, tok: tokenizing.TokenizerSpec,
     if signals:  # each with the step that wrote it
         stats["signals"] = {name: {"type": kind, "step": name.partition(".")[0]}
                             for name, kind in signals.items()}
+    config = cfg.for_manifest()
+    metadata = cfg.web_config is not None and cfg.web_config.metadata
+    sources = cfg.read_options.id_field is not None and not metadata  # a source column
+    record = {} if inputs is None else provenance.lineage(
+        config.get("steps", []), {"name": tok.name, "sha256": tok.sha256,
+                                  "vocab_size": tok.vocab_size},
+        inputs, code_version(),
+        provenance.IN_COLUMN if metadata or sources else provenance.IN_DOC_ID)
+    # each partition's record of what its steps dropped, then of its duplicates
+    drops = tuple(d for i in sorted(set(ones.drops) | set(twos.drops))
+                  for d in (ones.drops.get(i), twos.drops.get(i)) if d is not None)
     return Manifest(
         tokenizer=TokenizerInfo(name=tok.name, path=tokenizer_name(tok.sha256), sha256=tok.sha256,
                                 vocab_size=tok.vocab_size, eos_id=tok.eos_id,
                                 eos_token=tok.eos_token, bytes=len(tok.json.encode("utf-8"))),
         shards=(), schema=schema_description(
             tokens.token_dtype(tok.vocab_size),
-            cfg.web_config is not None and cfg.web_config.metadata, signals),
-        config=cfg.for_manifest(), stats=stats,
-        quarantine=ones.quarantines(),
+            metadata, {"source": "string", **signals} if sources else signals),
+        config=config, stats=stats,
+        quarantine=ones.quarantines(), lineage=record, drops=drops,
     )
 
 
@@ -583,7 +600,7 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: ReplicaLeases, log: Text
         meter.finish()
     check_not_all_unreadable([ones.total()], store)  # never commit a dataset of unreadable inputs
 
-    listed = build_manifest(cfg, tok, ones, twos)
+    listed = build_manifest(cfg, tok, ones, twos, provenance.listing_sha256(files))
     # decontamination's report, put before the swap; its sha256 in stats.contamination
     listed = with_report(store, listed, build_report(cfg.recipe, ones.reports.merged()))
     energy = meter.record(listed.stats["tokens"])

@@ -74,4 +74,4 @@ def read(fh: BinaryIO, name: str, opts: ReadOptions,
         if len(text) > opts.max_record_bytes:
             yield Rejected(src, "record_too_large", f"{len(text)} characters", text[:1024])
             continue
-        yield Document(doc_id or src, text)
+        yield Document(doc_id or src, text, source=src if doc_id else None)

@@ -69,4 +69,4 @@ def read(fh: BinaryIO, part: Partition, name: str, opts: ReadOptions,
             yield Rejected(got.source, got.reason, got.detail, raw_preview(decoded))
             continue
         text, doc_id = got
-        yield Document(doc_id or src, text)
+        yield Document(doc_id or src, text, source=src if doc_id else None)

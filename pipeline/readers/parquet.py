@@ -61,5 +61,5 @@ def read(fh: BinaryIO, part: Partition, name: str,
             if ids is not None and doc_id is None:
                 yield Rejected(src, "missing_field", f"{opts.id_field!r} is null")
                 continue
-            yield Document(doc_id or src, text)
+            yield Document(doc_id or src, text, source=src if doc_id else None)
         row += len(texts)

@@ -62,6 +62,8 @@ class Outcome(NamedTuple):
     text: str | None
     poisoned: Poisoned | None
     row: tuple[tuple[Any, ...], dict[str, Any]]
+    #: a dropped one's ``(step, reason)`` (the lineage's drop record keeps it)
+    dropped: tuple[str, str] | None = None
 
 
 def _doc(d: Document) -> Doc:
@@ -79,13 +81,14 @@ class _Raised(NamedTuple):
 class _State:
     """One document on its way through the steps."""
 
-    __slots__ = ("doc", "dropped", "poisoned", "signals", "text")
+    __slots__ = ("doc", "dropped", "poisoned", "reason", "signals", "text")
 
     def __init__(self, doc: Doc) -> None:
         self.doc = doc
         self.text = doc.text  # the text as the last step left it (a step's "before")
         self.signals: dict[str, Any] = {}
         self.dropped = False
+        self.reason: tuple[str, str] | None = None
         self.poisoned: Poisoned | None = None
 
     @property
@@ -96,7 +99,7 @@ class _State:
         if self.poisoned is not None:
             return Outcome(None, self.poisoned, _NO_ROW)
         if self.dropped:
-            return Outcome(None, None, _NO_ROW)
+            return Outcome(None, None, _NO_ROW, self.reason)
         meta = self.doc.meta
         return Outcome(self.doc.text, None,
                        (tuple(meta[k] for k in META_COLUMNS), self.signals))
@@ -131,6 +134,8 @@ class StepChain:
         self._changed: Counter[str] = Counter()
         #: the last document that passed: its metadata row and its prefixed signals
         self.last: tuple[tuple[Any, ...], dict[str, Any]] = _NO_ROW
+        #: the last document dropped: ``(step, reason)``, for the lineage's drop record
+        self.last_drop: tuple[str, str] | None = None
 
     def warm_up(self) -> None:
         """Load what steps load on first use (a parser, a model) before the first record, so
@@ -158,6 +163,7 @@ class StepChain:
                 out = _Raised(exc)
             self._settle(link, state, out)
             if state.dropped:
+                self.last_drop = state.reason
                 return None
             if state.poisoned is not None:
                 raise state.poisoned
@@ -172,6 +178,8 @@ class StepChain:
             raise outcome.poisoned
         if outcome.text is not None:
             self.last = outcome.row
+        else:
+            self.last_drop = outcome.dropped
         return outcome.text
 
     def run(self, documents: list[Document]) -> list[Outcome]:
@@ -245,6 +253,7 @@ class StepChain:
         if reason:
             self.dropped[reason] += 1
             state.dropped = True
+            state.reason = (link.name, reason)
             return
         if doc.text is not before:
             if not isinstance(doc.text, str):

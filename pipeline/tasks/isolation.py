@@ -281,6 +281,8 @@ class IsolatedSteps:
         self._child_reports: dict[str, dict[str, Any]] = {}
         self._child: _Child | None = None
         self._last: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+        #: the last record a step dropped: ``(step, reason)`` (the lineage's drop record)
+        self.last_drop: tuple[str, str] | None = None
         #: the shard's columns, gathered here (the child's declared signals: its first answer)
         self.columns: Columns | None = None
 
@@ -318,12 +320,14 @@ class IsolatedSteps:
         reply = self._ask(("doc", doc), self.limits.wall_s)
         if reply[0] == "poisoned":
             raise Poisoned(reply[1], reply[2])
-        _, text, columns, dropped, changed, reports = reply
+        _, text, columns, dropped, changed, reports, drop = reply
         self.dropped.update(dropped)
         self.changed.update(changed)
         if reports is not None:
             self._child_reports = reports
         self._last = columns
+        if text is None:
+            self.last_drop = (str(drop[0]), str(drop[1])) if drop else None
         return text
 
     def idle(self) -> None:

@@ -3,8 +3,9 @@ the worker that started it, under the CPU guard, and answers over a pipe.
 
 ``python -m pipeline.tasks.isolation_child READ_FD WRITE_FD``. The first message is the steps'
 configuration; then each ``("doc", Document)`` is answered with
-``("ok", text, metadata columns, dropped, changed, reports)`` (the counts this record added;
-the steps' reports so far when this record changed them, else ``None``),
+``("ok", text, metadata columns, dropped, changed, reports, drop)`` (the counts this record
+added; the steps' reports so far when this record changed them, else ``None``; the
+``(step, reason)`` that dropped it, for the lineage's drop record, else ``None``),
 ``("poisoned", reason, detail)`` for a page the complexity check refuses, or
 ``("error", message)`` for an exception in the steps. Past the CPU limit the kernel ends the
 process (``SIGPROF``); the worker sees the pipe close and names the record. It exits when
@@ -41,7 +42,8 @@ def _answer(steps: RecordSteps, doc: Any, sent: list[Any]) -> tuple[Any, ...]:
     fresh = None
     if reports != sent[0]:
         fresh = sent[0] = reports
-    return ("ok", text, columns, dict(dropped), dict(changed), fresh)
+    drop = steps.last_drop if text is None else None
+    return ("ok", text, columns, dict(dropped), dict(changed), fresh, drop)
 
 
 def _error(exc: Exception) -> tuple[str, str, str]:

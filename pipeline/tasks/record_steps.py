@@ -153,6 +153,11 @@ class RecordSteps:
         self.guard.disarm()
 
     @property
+    def last_drop(self) -> tuple[str, str] | None:
+        """The last record a step dropped: ``(step, reason)`` (the lineage's drop record)."""
+        return self.chain.last_drop
+
+    @property
     def last(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The last document that passed: its metadata row and signals."""
         return self.chain.last

@@ -41,6 +41,7 @@ from pipeline.dedup import (
     shuffle,
 )
 from pipeline.dedup import signals as dedup_signals
+from pipeline.lineage import records as lineage
 from pipeline.output.shards import (
     DEFAULT_CODEC,
     ShardWriter,
@@ -200,13 +201,21 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
     positions: list[int] = []
     kinds: list[int] = []
     docs_in = rows = n_tokens = 0
+    # lineage: what each step dropped (source, step, reason), and, where the id is not the
+    # source (--id-field, not a web run: those have the column already), a source column
+    step_drops: list[dict[str, Any]] = []
+    sources: list[str] | None = [] if p.read.id_field and not p.steps.metadata else None
 
     def flush() -> None:
         nonlocal doc_ids, batch, batch_chars, keys, sketches, positions, kinds, n_tokens
         steps.idle()  # the CPU guard is for a record's steps, not for a batch's encoding
         if batch:
             ln, vals = tokenizing.encode_flat(tok_json, p.eos_id, batch)
-            writer.add(shard_table(doc_ids, tokens.pack(ln, vals, dtype), steps.take()), ln)
+            columns = steps.take()
+            if sources is not None:
+                columns = {"source": pa.array(sources, pa.string()), **(columns or {})}
+                sources.clear()
+            writer.add(shard_table(doc_ids, tokens.pack(ln, vals, dtype), columns), ln)
             n_tokens += int(vals.size)
         if keys:
             spool.append(entries(keys, positions, kinds))
@@ -241,6 +250,9 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
                         continue
                     docs_in += 1
                     if text is None:
+                        step, reason = steps.last_drop or ("", "")
+                        step_drops.append(lineage.step_line(item.source or item.doc_id,
+                                                            step, reason))
                         continue
                     pos = rows
                     rows += 1
@@ -255,6 +267,8 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
                         positions += [pos] * len(bands)
                         kinds += [KIND_NEAR] * len(bands)
                     doc_ids.append(item.doc_id)
+                    if sources is not None:
+                        sources.append(item.source or item.doc_id)
                     steps.keep()
                     batch.append(text)
                     batch_chars += len(text)
@@ -277,13 +291,14 @@ def phase_one(part: Partition, key: str, store: ReplicaSet, p: StageParams,
             spool.close()
             sketch_spool.close()
     quarantine = put_quarantine(store, part.index, rejected) if rejected else None
+    drops = lineage.put_record(store, part.index, lineage.STEPS, step_drops)
     result = work.PhaseOne(
         index=part.index, key=key, docs_in=docs_in + len(rejected), rows=rows,
         tokens=n_tokens, dropped=dict(steps.dropped), changed=dict(steps.changed),
         quarantined=dict(Counter(r["reason"] for r in rejected)), quarantine=quarantine,
         shard=shard, keys_sha256=keys_sha256, sketches_sha256=sketches_sha256,
         durable=not scratch.primary.is_local, signals=steps.signal_types() if rows else {},
-        reports=steps.reports())
+        reports=steps.reports(), drops=drops)
     work.put_json(scratch, work.done1_path(key), work.marker(result))
     return result
 
@@ -328,6 +343,7 @@ def phase_two(one: work.PhaseOne, run_key: str, store: ReplicaSet, row_group_tok
     scratch = work.work_store(store)
     drops = shuffle.pick(store, picked) if picked is not None else np.zeros(0, dtype=DROP)
     shard, duplicates, same_as, added = None, {}, None, {}
+    left_out: list[str] = []  # the duplicates' sources, in position order (lineage)
     if one.shard is not None:
         if not len(drops) and not signals:
             # Verified on the way: a damaged work file must not become a shard. The verified
@@ -344,20 +360,25 @@ def phase_two(one: work.PhaseOne, run_key: str, store: ReplicaSet, row_group_tok
                          else np.zeros(0, dtype=dedup_signals.NOTE))
                 extra = dedup_signals.columns(index, one.shard.rows, notes, signals)
             data, shard = _without(scratch, one, drops["pos"], tokens.token_dtype(vocab_size),
-                                   row_group_tokens, extra)
+                                   row_group_tokens, extra, left_out)
             if shard is not None and extra:
                 added = dict.fromkeys(extra, dedup_signals.TYPE)
         if shard is not None:
             shard = named(index, shard)
             store.put(shard.path, data, same_as=same_as)
-    result = work.PhaseTwo(index, shard, duplicates, signals=added)
+    kinds = {KIND_EXACT: "duplicate", KIND_NEAR: "near_duplicate"}
+    record = lineage.put_record(store, index, lineage.DUPS, [
+        lineage.dup_line(src, kinds[int(d["kind"])], int(d["pos"]), int(d["keep_part"]),
+                         int(d["keep_pos"]))
+        for src, d in zip(left_out, np.sort(drops, order="pos"), strict=True)])
+    result = work.PhaseTwo(index, shard, duplicates, signals=added, drops=record)
     work.put_json(scratch, work.done2_path(run_key, index), work.marker(result))
     return result
 
 
 def _without(scratch: ReplicaSet, one: work.PhaseOne, dropped: np.ndarray, dtype: np.dtype,
-             row_group_tokens: int, extra: dict[str, np.ndarray] | None = None
-             ) -> tuple[bytes, ShardInfo | None]:
+             row_group_tokens: int, extra: dict[str, np.ndarray] | None = None,
+             left_out: list[str] | None = None) -> tuple[bytes, ShardInfo | None]:
     """Phase 1's shard re-encoded without the rows at positions ``dropped``, a row group at a
     time: the bytes :func:`pipeline.output.shards.encode_table` gives on the surviving rows. It
     holds
@@ -366,7 +387,10 @@ def _without(scratch: ReplicaSet, one: work.PhaseOne, dropped: np.ndarray, dtype
     shard keeps phase 1's codec (``--shard-compression``), read from its metadata.
 
     ``extra``: int64 columns to add after the shard's own (dedup signals), a value for each
-    of phase 1's rows, dropped ones included (taken with the kept rows)."""
+    of phase 1's rows, dropped ones included (taken with the kept rows).
+
+    ``left_out``: gets the dropped rows' sources (the ``source`` column, else the doc id),
+    in row order, for the lineage's record of duplicates."""
     assert one.shard is not None
     source = pq.ParquetFile(pa.BufferReader(
         scratch.get(work.rows_path(one.key), sha256=one.shard.sha256)))
@@ -386,6 +410,9 @@ def _without(scratch: ReplicaSet, one: work.PhaseOne, dropped: np.ndarray, dtype
             group = source.read_row_group(i)
             mask = keep[at:at + group.num_rows]
             kept = group.filter(pa.array(mask))
+            if left_out is not None and not mask.all():
+                named = group.column("source" if "source" in group.column_names else "doc_id")
+                left_out += named.filter(pa.array(~mask)).to_pylist()
             if extra:
                 kept = pa.Table.from_arrays(
                     [*kept.columns, *(pa.array(col[at:at + group.num_rows][mask], pa.int64())

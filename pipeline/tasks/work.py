@@ -67,12 +67,16 @@ class PhaseOne:
     #: the steps' reports (step name -> report: :mod:`pipeline.steps.contract`; ``{}``: none,
     #: and then absent from its marker)
     reports: dict[str, Any] = field(default_factory=dict)
+    #: the lineage's record of the documents its steps dropped (:mod:`pipeline.lineage.records`;
+    #: ``None``: none dropped, and then absent from its marker)
+    drops: ObjectInfo | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PhaseOne:
-        q, s = d.get("quarantine"), d.get("shard")
+        q, s, r = d.get("quarantine"), d.get("shard"), d.get("drops")
         return cls(**{**d, "quarantine": ObjectInfo(**q) if q else None,
-                      "shard": ShardInfo.from_dict(s) if s else None, "resumed": True})
+                      "shard": ShardInfo.from_dict(s) if s else None, "resumed": True,
+                      "drops": ObjectInfo(**r) if r else None})
 
 
 @dataclass
@@ -83,12 +87,15 @@ class PhaseTwo:
     resumed: bool = False
     #: the columns phase 2 added to the shard (dedup signals): name -> Parquet type
     signals: dict[str, str] = field(default_factory=dict)
+    #: the lineage's record of its duplicates (``None``: none, absent from its marker)
+    drops: ObjectInfo | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PhaseTwo:
-        s = d.get("shard")
+        s, r = d.get("shard"), d.get("drops")
         return cls(d["index"], ShardInfo.from_dict(s) if s else None, d.get("duplicates", {}),
-                   resumed=True, signals=d.get("signals") or {})
+                   resumed=True, signals=d.get("signals") or {},
+                   drops=ObjectInfo(**r) if r else None)
 
 
 class PhaseOneResults:
@@ -111,6 +118,8 @@ class PhaseOneResults:
         self.quarantined: Counter[str] = Counter()
         #: partition index -> its quarantine object (only partitions that have one)
         self.quarantine: dict[int, ObjectInfo] = {}
+        #: partition index -> its lineage record of step drops (only those with one)
+        self.drops: dict[int, ObjectInfo] = {}
         #: every shard's signal columns and their types
         self.signals: dict[str, str] = {}
         #: the steps' reports, bounded as they arrive (:class:`StepReports`)
@@ -129,6 +138,8 @@ class PhaseOneResults:
         self.quarantined.update(one.quarantined)
         if one.quarantine:
             self.quarantine[one.index] = one.quarantine
+        if one.drops:
+            self.drops[one.index] = one.drops
         merge_signals(self.signals, one.signals, one.index)
         if one.reports:
             self.reports.add(one.index, one.reports)
@@ -222,6 +233,7 @@ class PhaseOneState:
         #: (field, reason) -> count per partition (a reason's column is made when first seen)
         self.counts: dict[tuple[str, str], np.ndarray] = {}
         self.quarantine: dict[int, ObjectInfo] = {}
+        self.drops: dict[int, ObjectInfo] = {}
         #: the signal columns of every marker read (not per partition: a handful)
         self.signals: dict[str, str] = {}
         #: the steps' reports of the partitions that have one (decontamination hits)
@@ -232,6 +244,7 @@ class PhaseOneState:
         for column in self.counts.values():
             column[index] = 0
         self.quarantine.pop(index, None)
+        self.drops.pop(index, None)
         self.reports.pop(index, None)
         if one is None:
             self.kind[index] = self.NONE
@@ -250,6 +263,8 @@ class PhaseOneState:
                 column[index] = count
         if one.quarantine is not None:
             self.quarantine[index] = one.quarantine
+        if one.drops is not None:
+            self.drops[index] = one.drops
         if one.reports:
             self.reports[index] = one.reports
         merge_signals(self.signals, one.signals, index)
@@ -267,7 +282,8 @@ class PhaseOneState:
                         rows=int(self.rows[index]), tokens=int(self.tokens[index]),
                         quarantine=self.quarantine.get(index), durable=kind == self.SYNCED,
                         resumed=True, signals=dict(self.signals),
-                        reports=self.reports.get(index, {}), **per)
+                        reports=self.reports.get(index, {}), drops=self.drops.get(index),
+                        **per)
 
 
 class PhaseTwoResults:
@@ -279,6 +295,8 @@ class PhaseTwoResults:
         self.done: set[int] = set()
         self.shards = ShardTable()
         self._duplicates: dict[int, dict[str, int]] = {}  # only partitions that dropped any
+        #: partition index -> its lineage record of duplicates (only those with one)
+        self.drops: dict[int, ObjectInfo] = {}
         #: the columns phase 2 added to any shard (dedup signals) and their types
         self.signals: dict[str, str] = {}
 
@@ -292,6 +310,9 @@ class PhaseTwoResults:
         """Partition ``two.index``'s result (a later one for the same partition replaces it)."""
         self.done.add(two.index)
         self._duplicates.pop(two.index, None)
+        self.drops.pop(two.index, None)
+        if two.drops is not None:
+            self.drops[two.index] = two.drops
         if two.duplicates:
             self._duplicates[two.index] = dict(two.duplicates)
         if two.shard is not None:
@@ -304,6 +325,7 @@ class PhaseTwoResults:
         """Forget partition ``index``'s result (a newer marker for it is not usable)."""
         self.done.discard(index)
         self._duplicates.pop(index, None)
+        self.drops.pop(index, None)
         self.shards.discard(index)
 
     @property
@@ -587,6 +609,8 @@ def marker(obj: PhaseOne | PhaseTwo) -> dict[str, Any]:
     d.pop("resumed")
     if not d.get("reports", True):  # a marker keeps its bytes unless a step reported
         d.pop("reports")
+    if d.get("drops", 0) is None:  # ... or the lineage recorded drops
+        d.pop("drops")
     return d
 
 

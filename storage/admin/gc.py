@@ -48,6 +48,7 @@ from storage.admin.versions import manifest_tag
 from storage.format.layout import (
     DOCLENS_DIR,
     INDEX_DIR,
+    LINEAGE_DIR,
     MANIFEST,
     MASKS_DIR,
     NAME_HASH,
@@ -253,7 +254,7 @@ def _pins(store: ReplicaSet, scans: list[_Replica], cutoff: float) -> tuple[set[
 
 def _collectable(rel: str) -> bool:
     top = rel.split("/", 1)[0]
-    return (top in (SHARDS_DIR, QUARANTINE_DIR, INDEX_DIR, MASKS_DIR, DOCLENS_DIR)
+    return (top in (SHARDS_DIR, QUARANTINE_DIR, INDEX_DIR, MASKS_DIR, DOCLENS_DIR, LINEAGE_DIR)
             or is_tokenizer_name(rel)
             or card_tag(rel) is not None or ("/" not in rel and rel.startswith(".tmp-")))
 

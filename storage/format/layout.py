@@ -31,6 +31,10 @@ DOCLENS_DIR = "_doclens"
 #: each version's dataset card (``pipeline.output.card``): ``card/<manifest sha16>/README.md``
 #: and its PNGs, derived from that version and keyed by it (gc keeps a kept version's card)
 CARD_DIR = "card"
+#: each partition's record of the documents the run left out (``pipeline.lineage.records``):
+#: ``lineage/part-00007-steps-<sha16>.jsonl.gz`` (dropped by a step) and ``...-dups-...``
+#: (duplicates, with the kept document's place), named by the manifest like the quarantine
+LINEAGE_DIR = "lineage"
 #: immutable copies of every committed manifest: ``<sequence>-<manifest sha16>.json``
 VERSIONS_DIR = "_versions"
 #: a run's scratch files (``pipeline.tasks.work``), removed once it commits

@@ -201,6 +201,13 @@ class Manifest:
     #: a view (``storage.format.view``): its source, the expression and its keep-masks;
     #: ``None`` for a dataset that holds its own shards (absent from its JSON)
     view: ViewRef | None = None
+    #: what made this version (``pipeline.lineage.provenance``): each step's name, version,
+    #: options and their ``config_sha256``, the tokenizer, the inputs' listing hash, the code
+    #: version; ``{}`` (absent from the JSON) in manifests written before it
+    lineage: dict[str, Any] = field(default_factory=dict)
+    #: each partition's record of the documents the run left out (``pipeline.lineage``),
+    #: named like the quarantine; ``()`` (absent from the JSON) before lineage existed
+    drops: tuple[ObjectInfo, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.format:
@@ -254,6 +261,7 @@ class Manifest:
         if self.tokenizer.bytes:
             out.append((self.tokenizer.path, self.tokenizer.bytes, self.tokenizer.sha256))
         out += [(q.path, q.bytes, q.sha256) for q in self.quarantine]
+        out += [(d.path, d.bytes, d.sha256) for d in self.drops]
         return out
 
     @property
@@ -281,6 +289,9 @@ class Manifest:
             del d["view"]  # a dataset's JSON is what it was before views existed
         else:
             d["view"] = self.view.to_dict()
+        for optional in ("lineage", "drops"):  # older manifests re-serialise to their bytes
+            if not d[optional]:
+                del d[optional]
         if self.is_v2:
             del d["shards"]
         else:  # exactly the v1 layout, so a v1 manifest re-serialises to its own bytes
@@ -349,6 +360,8 @@ class Manifest:
             index=index,
             totals=totals,
             view=ViewRef.from_dict(f.child("view")) if "view" in f.value else None,
+            lineage=f.mapping("lineage", {}),
+            drops=tuple(ObjectInfo.from_dict(o) for o in f.objects("drops", [])),
         )
         for i, shard in enumerate(manifest.shards):
             if sum(g.tokens for g in shard.row_groups) != shard.tokens:

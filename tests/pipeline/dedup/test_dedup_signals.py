@@ -157,7 +157,8 @@ def test_near_dup_signals_count_copies_and_clusters(near_signals: Path) -> None:
     assert m.stats["dropped"] == {"duplicate": 3, "near_duplicate": 3}
     rows = {}
     for p, table in enumerate(_tables(near_signals)):
-        assert table.column_names == ["doc_id", "input_ids", *DEDUP_COLUMNS]
+        # an --id-field run keeps each document's source (file:line) beside its id: lineage
+        assert table.column_names == ["doc_id", "input_ids", "source", *DEDUP_COLUMNS]
         for d in table.to_pylist():
             rows[d["doc_id"]] = (d[sig.EXACT_COUNT], d[sig.CLUSTER_SIZE], d[sig.CLUSTER_ID], p)
     # kept: a0 (3 copies, its cluster: itself and them), a2 (its cluster: its two edits and
@@ -189,12 +190,12 @@ def test_without_the_flag_no_column_and_the_same_rows(near_signals: Path, corpus
     assert "dedup_signals" not in m.config and "signals" not in m.stats
     assert not set(DEDUP_COLUMNS) & set(m.schema)
     plain = _tables(off)
-    assert [t.column_names for t in plain] == [["doc_id", "input_ids"]] * 2
+    assert [t.column_names for t in plain] == [["doc_id", "input_ids", "source"]] * 2
     assert [t.drop_columns(DEDUP_COLUMNS) for t in _tables(near_signals)] == plain
     exact = _run(corpus, tmp_path / "exact", dedup_signals=True)
     counts = {d["doc_id"]: d[sig.EXACT_COUNT] for t in _tables(exact) for d in t.to_pylist()}
     assert [t.column_names for t in _tables(exact)] == [
-        ["doc_id", "input_ids", sig.EXACT_COUNT]] * 2
+        ["doc_id", "input_ids", "source", sig.EXACT_COUNT]] * 2
     assert set(read_manifest(str(exact)).stats["signals"]) == {sig.EXACT_COUNT}
     assert counts == {"a0": 3, "a1": 1, "a2": 1, "a4": 1, "a5": 2, "b0": 1, "b3": 1, "b4": 1,
                       "b5": 1}
