@@ -1,5 +1,6 @@
 """``python -m pipeline``: ``run`` builds a dataset, ``inspect`` summarises one, ``export``
 rewrites one, ``select`` makes a view of one, ``card`` writes a version's dataset card,
+``trace`` shows a document's lineage (or why a source record is not in the dataset),
 ``steps`` lists the steps a recipe can use,
 ``train-classifier`` trains a fastText quality classifier for the ``fasttext`` step.
 
@@ -240,6 +241,53 @@ def card(url: Annotated[str, Parameter(name="URL")], /, *,
 
     print(rebuild(where.store(url), url, sample_rows, wait).render())
     return 0
+
+
+@app.command
+def trace(url: Annotated[str, Parameter(name="DS")],
+          doc_id: Annotated[str | None, Parameter(name="DOC_ID")] = None, /, *,
+          dropped: Annotated[str | None, Parameter(metavar="SOURCE")] = None,
+          where: ReplicaFlags = ReplicaFlags(),  # noqa: B008
+          json: Annotated[bool, _NoNegative] = False) -> int:  # noqa: A002 - the flag's name
+    """Show a document's lineage, or why a source record is not in the dataset.
+
+    With DOC_ID: where the kept document came from (its source: file:line, file@offset or
+    file#row), its shard and row, the steps it went through with their versions, options
+    and config_sha256, dedup, the tokenizer, the code version, and its signals. With
+    --dropped SOURCE: why the record read at SOURCE is not in the dataset: dropped by which
+    step and reason, a duplicate (exact or near) of which kept document, or quarantined
+    (reason and detail); a kept one is shown. Read from what the run kept (shards, manifest,
+    quarantine/ and lineage/ drop records), never from the inputs.
+
+    Parameters
+    ----------
+    url
+        dataset URL
+    doc_id
+        a kept document's doc_id
+    dropped
+        a source record as the run named it (file:line, file@offset, file#row; a web
+        record's source is its file's whole URL@offset)
+    json
+        print the answer as JSON
+    """
+    from pipeline.lineage.render import render
+    from pipeline.lineage.trace import trace as trace_kept
+    from pipeline.lineage.trace import why_dropped
+
+    if (doc_id is None) == (dropped is None):
+        raise ValueError("trace: give a DOC_ID or --dropped SOURCE (one of them)")
+    store = where.store(url)
+    manifest = store.read_manifest()
+    answer = (trace_kept(store, manifest, doc_id) if doc_id is not None
+              else why_dropped(store, manifest, str(dropped)))
+    print(_as_json(answer) if json else render(answer), end="")
+    return 0
+
+
+def _as_json(answer: dict[str, Any]) -> str:
+    """An answer as indented JSON with sorted keys (a command's ``--json`` output)."""
+    return json.dumps(answer, indent=1, sort_keys=True) + "\n"
 
 
 @app.command
