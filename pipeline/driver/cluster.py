@@ -13,13 +13,15 @@ the run for Dask's default 5 min.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 import dask
-from distributed import Client, LocalCluster
+from distributed import Client, LocalCluster, Nanny
+from distributed.deploy.adaptive import Adaptive
 
 from pipeline.driver.worker_checks import WORKER_TTL
 from pipeline.driver.worker_setup import ImportGuard
@@ -77,6 +79,16 @@ QUIET_HOUSEKEEPING = {
 #: this long without a heartbeat instead of Dask's 5 min (see :mod:`pipeline.driver.worker_checks`).
 LIVENESS = {"distributed.scheduler.worker-ttl": WORKER_TTL}
 
+#: How long a worker that its scheduler still knows gets to close at the end of a run, before
+#: its nanny kills it: Dask's nanny allows 4 s (of a 5 s timeout), which a loaded 2-core machine
+#: overran ("Worker process still alive after 4.0 seconds, killing"); its nanny then waits as
+#: long again for the killed process. A worker the scheduler already dropped (hung, stopped)
+#: gets :data:`DROPPED_WORKER_CLOSE_S`: it answers nothing, so a long wait only delays the exit.
+WORKER_CLOSE_S = 30.0
+DROPPED_WORKER_CLOSE_S = 1.0
+#: the client's and the scheduler's own close, each
+CLOSE_S = 30.0
+
 
 #: what a Nanny writes into its *parent's* ``os.environ`` before it spawns a worker (the
 #: pre-spawn variables, and PYTHONHASHSEED when unset); :func:`_environ_kept` puts them back
@@ -126,8 +138,51 @@ def dask_client(n_workers: int, scheduler: str | None = None,
             LocalCluster(n_workers=start, threads_per_worker=1, processes=True,
                          host="127.0.0.1", dashboard_address=dashboard_address,
                          worker_dashboard_address=None, env=worker_env(tokenizer_threads),
-                         silence_logs=logging.WARNING) as cluster, Client(cluster) as client:
-        client.register_plugin(ImportGuard())  # before any task: see pipeline.driver.worker_setup
-        if adapt:
-            cluster.adapt(minimum=adapt[0], maximum=adapt[1])
-        yield client
+                         silence_logs=logging.WARNING) as cluster:
+        client = Client(cluster)
+        finished = False
+        try:
+            client.register_plugin(ImportGuard())  # before any task: pipeline.driver.worker_setup
+            adaptive = cluster.adapt(minimum=adapt[0], maximum=adapt[1]) if adapt else None
+            yield client
+            finished = True
+        finally:
+            if finished:
+                close_in_order(cluster, client, adaptive)
+            else:  # a failing run: out at once, as Dask closes it (the error is what matters)
+                client.close()
+
+
+def close_in_order(cluster: LocalCluster, client: Client, adaptive: Adaptive | None = None,
+                   worker_close_s: float = WORKER_CLOSE_S) -> None:
+    """Take a LocalCluster down in order at the end of a finished run: the adaptive scaler
+    stopped, the client closed, every worker closed by its nanny (each given
+    ``worker_close_s`` to close by itself, one its scheduler dropped one second), the
+    scheduler last.
+
+    Dask's own close of a LocalCluster gives each worker 4 s and then kills it; on a loaded
+    machine that printed warnings after a successful run, and a worker that outlived its
+    scheduler logged ``Failed to communicate with scheduler during heartbeat`` with a
+    ``CommClosedError`` traceback. Here no worker runs when the scheduler goes, and the exit
+    of :class:`LocalCluster`'s context afterwards finds it all closed."""
+    if adaptive is not None:
+        adaptive.stop(reason="run finished")
+    try:
+        live = set(client.scheduler_info(n_workers=-1).get("workers", {}))
+    except Exception:  # noqa: BLE001 - no answer: give every worker the long wait
+        live = None
+    client.close(timeout=CLOSE_S)
+    cluster.sync(_close_workers, list(cluster.workers.values()), live, worker_close_s)
+    cluster.close(timeout=CLOSE_S)
+
+
+async def _close_workers(nannies: list[Nanny], live: Collection[str] | None,
+                         timeout_s: float) -> None:
+    async def close(nanny: Nanny) -> None:
+        known = live is None or nanny.worker_address in live
+        await nanny.close(timeout=timeout_s if known else DROPPED_WORKER_CLOSE_S,
+                          reason="shardflow-run-finished")
+
+    # one that would not even die (its nanny says so) must not fail a finished run: the
+    # cluster's own close then does what it can
+    await asyncio.gather(*(close(n) for n in nannies), return_exceptions=True)
