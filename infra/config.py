@@ -267,9 +267,12 @@ class FileSource:
                     argument.append(Token(value=str(v), source=path, index=i))
                 continue
             rest[name.replace("_", "-")] = value
-        # cyclopts' own in-memory source fills the rest (keys are this command's flags: not
-        # nested under the command's name)
-        Dict(rest, source=path, use_commands_as_keys=False)(app, commands, arguments)
+        # cyclopts' own in-memory source fills the rest: nested under the command's names, as
+        # it expects, so that it weighs the keys against this command only (a flag named like
+        # another command, `run`'s --steps beside `pipeline steps`, stays a flag)
+        for name in reversed(commands):
+            rest = {name: rest}
+        Dict(rest, source=path)(app, commands, arguments)
 
 
 def make_app(name: str, help: str, component: str | None, **kwargs: Any) -> App:
