@@ -1,29 +1,27 @@
 """Finding documents in a dataset's shards: by doc id or source, and by phase-1 place.
 
 A kept document is found by reading the id columns of the shards (``doc_id``, and ``source``
-where the run wrote one) a shard at a time: a trace reads O(dataset ids), never the tokens,
-and holds one shard's ids. A duplicate's record names the document it duplicates by its
-phase-1 place ``[partition, row]``; the kept document there is the partition's shard's row
-``row - (duplicates of that partition before it)`` (phase 2 drops rows, the steps drop
-documents before they get a row), read from that partition's duplicates record.
+where the run wrote one) a row group at a time, by ranged reads after each shard's verified
+footer (the card's reader, :mod:`pipeline.output.signal_summary`): a trace reads O(dataset
+ids), never the tokens but the found row group's. A duplicate's record names the document it
+duplicates by its phase-1 place ``[partition, row]``; the kept document there is the
+partition's shard's row ``row - (duplicates of that partition before it)`` (phase 2 drops
+rows, the steps drop documents before they get a row), read from that partition's
+duplicates record.
 """
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from pipeline.lineage import records
+from pipeline.output.signal_summary import _read_shard as read_shard
 from storage import Manifest, ReplicaSet, ShardInfo, tokens
 from storage.io.index_store import shards_of
-
-#: columns a trace never prints as a signal (the tokens are counted, not shown)
-_IDS = ("doc_id", "input_ids")
 
 
 @dataclass
@@ -41,23 +39,25 @@ class Found:
         return str(self.columns.get("doc_id"))
 
 
-def _open(store: ReplicaSet, shard: ShardInfo) -> pq.ParquetFile:
-    """A shard, its bytes verified against the manifest's sha256."""
-    return pq.ParquetFile(io.BytesIO(store.get(shard.path, sha256=shard.sha256)))
+def _groups(shard: ShardInfo) -> list[tuple[int, int, Any]]:
+    """Every row group of a shard, whole (``(group, rows, no mask)``)."""
+    return [(g, info.rows, None) for g, info in enumerate(shard.row_groups)]
 
 
-def _row(pf: pq.ParquetFile, shard: ShardInfo, row: int, encoding: str) -> Found:
-    """Row ``row`` of an open shard with its row group and token count."""
+def _row(store: ReplicaSet, manifest: Manifest, shard: ShardInfo, row: int) -> Found:
+    """Row ``row`` of a shard: every column of its row group read (its footer verified),
+    the tokens counted from ``input_ids``' offsets."""
     at = 0
-    for g in range(pf.num_row_groups):
-        n = pf.metadata.row_group(g).num_rows
-        if row < at + n:
-            table = pf.read_row_group(g).slice(row - at, 1)
-            columns = {name: table.column(name)[0].as_py() for name in table.column_names
+    for g, info in enumerate(shard.row_groups):
+        if row < at + info.rows:
+            (table,) = read_shard(store, shard, [(g, info.rows, None)], list(manifest.schema))
+            one = table.slice(row - at, 1)
+            columns = {name: one.column(name)[0].as_py() for name in one.column_names
                        if name != "input_ids"}
-            count = int(tokens.lengths(table.column("input_ids"), encoding)[0])
+            count = int(tokens.lengths(one.column("input_ids"),
+                                       manifest.schema.get("input_ids", ""))[0])
             return Found(shard.path, row, g, count, columns)
-        at += n
+        at += info.rows
     raise IndexError(f"{shard.path} has no row {row}")
 
 
@@ -65,17 +65,24 @@ def find_kept(store: ReplicaSet, manifest: Manifest, key: str, by: str = "doc_id
               ) -> Found | None:
     """The kept document whose ``by`` (``doc_id`` or ``source``) is ``key``, or ``None``.
 
-    ``by="source"`` reads the ``source`` column where a shard has one, else the doc id (a
-    run whose ids are their sources keeps no second copy)."""
-    encoding = manifest.schema.get("input_ids", "")
+    Only the id columns are read (each shard's footer, then its row groups' ``doc_id``
+    chunks, and ``source`` ones for ``by="source"``). ``by="source"`` also matches the doc id:
+    where the id is the source (the default) there is no second copy, and a mixed run's
+    non-web documents have a null ``source``."""
+    names = ["doc_id", "source"] if by == "source" and "source" in manifest.schema \
+        else ["doc_id"]
     for shard in shards_of(store, manifest):
-        pf = _open(store, shard)
-        names = pf.schema_arrow.names
-        column = "source" if by == "source" and "source" in names else "doc_id"
-        ids = pf.read(columns=[column]).column(0)
-        hits = np.flatnonzero(np.asarray(pc.equal(ids, key).fill_null(False)))
-        if len(hits):
-            return _row(pf, shard, int(hits[0]), encoding)
+        at = 0
+        for table in read_shard(store, shard, _groups(shard), names):
+            match = None
+            for name in names:
+                if name in table.column_names:
+                    hit = pc.equal(table.column(name), key).fill_null(False)
+                    match = hit if match is None else pc.or_(match, hit)
+            hits = np.flatnonzero(np.asarray(match)) if match is not None else []
+            if len(hits):
+                return _row(store, manifest, shard, at + int(hits[0]))
+            at += table.num_rows
     return None
 
 
@@ -112,6 +119,5 @@ def kept_at(store: ReplicaSet, manifest: Manifest, part: int, pos: int) -> Found
         shard = shard_of_partition(store, manifest, part)
         if shard is None:
             return None
-        return _row(_open(store, shard), shard, pos - before,
-                    manifest.schema.get("input_ids", ""))
+        return _row(store, manifest, shard, pos - before)
     return None
