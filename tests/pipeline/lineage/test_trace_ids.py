@@ -80,3 +80,25 @@ def test_a_near_duplicate_names_its_cluster_s_kept_document(
     assert got["status"] == "near_duplicate"
     assert (got["of"]["doc_id"], got["of"]["source"]) == ("orig", "n.jsonl:1")
     assert "near" in _trace(capsys, str(out), "orig")["steps"][-2]["mode"]
+
+
+def test_parquet_rows_and_csv_lines_are_sources_too(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import pyarrow as pa
+
+    same = "A document that both files hold, long enough."
+    pq.write_table(pa.table({"id": ["p0", "p1", "p2"], "text": [same, "x", "Its own text."]}),
+                   tmp_path / "t.parquet")
+    (tmp_path / "c.csv").write_text(f"id,text\nc1,{same.replace(',', '')}\nc2,\"{same}\"\n")
+    out = tmp_path / "ds"
+    run(PipelineConfig(inputs=[str(tmp_path / "t.parquet"), str(tmp_path / "c.csv")],
+                       output=str(out), workers=1, dashboard_address="127.0.0.1:0",
+                       id_field="id", min_chars=5, card=False), progress=False)
+    short = _trace(capsys, str(out), "--dropped", "t.parquet#1")  # rows count from 0
+    assert (short["status"], short["reason"]) == ("dropped", "too_short")
+    # c.csv sorts first: its line 3 is kept, the Parquet row 0 duplicates it
+    dup = _trace(capsys, str(out), "--dropped", "t.parquet#0")
+    assert dup["status"] == "duplicate"
+    assert (dup["of"]["doc_id"], dup["of"]["source"]) == ("c2", "c.csv:3")
+    kept = _trace(capsys, str(out), "p2")["document"]
+    assert (kept["source"], kept["source_in"]) == ("t.parquet#2", "column")
