@@ -87,10 +87,10 @@ PAGE_SIZES = {"1 MiB (the writer's)": (1 << 20, 1024), "64 KiB": (64 << 10, 1),
               "8 KiB": (8 << 10, 1), "a document": (1, 1)}
 
 
-def run_pages(root: Path, groups: int = 8) -> dict[str, Any]:
+def run_pages(root: Path, codec: str = "zstd", groups: int = 8) -> dict[str, Any]:
     """Could a view skip the pages it keeps nothing of? ``groups`` row groups of the first
-    shard's token column written again (the shards' codec and level) at each of
-    :data:`PAGE_SIZES`: bytes and decode time per row group, against the writer's pages."""
+    shard's token column written again (``codec``, the shards', at the writer's level) at each
+    of :data:`PAGE_SIZES`: bytes and decode time per row group, against the writer's pages."""
     import io
 
     import pyarrow.parquet as pq
@@ -99,14 +99,12 @@ def run_pages(root: Path, groups: int = 8) -> dict[str, Any]:
 
     first = sorted((root / NAMES["source"] / "shards").glob("*.parquet"))[0]
     shard = pq.ParquetFile(first)
-    codec = shard.metadata.row_group(0).column(
-        shard.schema_arrow.get_field_index("input_ids")).compression.lower()
     tables = [shard.read_row_group(g, columns=["input_ids"]) for g in range(groups)]
     out: dict[str, Any] = {}
     for name, (page, batch) in PAGE_SIZES.items():
         buf = io.BytesIO()
         with pq.ParquetWriter(buf, tables[0].schema, compression=codec,
-                              compression_level=SHARD_CODECS.get(codec), use_dictionary=False,
+                              compression_level=SHARD_CODECS[codec], use_dictionary=False,
                               data_page_size=page, write_batch_size=batch,
                               write_statistics=False) as writer:
             for t in tables:
@@ -227,7 +225,7 @@ def main() -> int:
           f"tokens, source {s['read_source_us_per_group']:,.0f} us for "
           f"{s['read_source_tokens_per_group']:,.0f} ({s['read_view_cpu_s_per_gtok']:.2f} vs "
           f"{s['read_source_cpu_s_per_gtok']:.2f} CPU-s per billion tokens)")
-    pages = run_pages(root)
+    pages = run_pages(root, args.shard_compression)
     for page, v in pages.items():
         print(f"  pages    {page:>20}: a row group's tokens {v['bytes_vs_writer']:.2f}x the "
               f"bytes, decoded in {v['decode_vs_writer']:.2f}x the time "
