@@ -230,9 +230,8 @@ def main() -> int:
         print(f"  pages    {page:>20}: a row group's tokens {v['bytes_vs_writer']:.2f}x the "
               f"bytes, decoded in {v['decode_vs_writer']:.2f}x the time "
               f"({v['decode_us_per_group']:,.0f} us)")
-    name = "view_loader_quick" if args.quick else "view_loader"
-    if args.shard_compression != "zstd":
-        name += f"_{args.shard_compression}"
+    name = "view_loader" + ("" if args.shard_compression == "zstd"
+                            else f"_{args.shard_compression}") + ("_quick" if args.quick else "")
     results = {"shard_compression": args.shard_compression, "pages": pages,
                "source": source, "view": view, "where": WHERE, "runs": args.runs,
                "epochs": args.epochs, "view_read_threads": args.view_read_threads,
