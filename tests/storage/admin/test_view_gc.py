@@ -91,7 +91,9 @@ def test_a_pin_no_view_uses_goes_and_gc_of_a_view_removes_only_its_own(
     source_before = _files(root / "web")
     report = collect(_store(root / "web-en"), keep=1, min_age_s=0)
     assert _files(root / "web") == source_before  # the view's gc never touches its source
-    assert {r.path.split("/")[0] for r in report.removed} == {"_versions", "index", "masks"}
+    # the view's first version, its index, masks and card: nothing of the source's
+    assert {r.path.split("/")[0] for r in report.removed} == {"_versions", "index", "masks",
+                                                             "card"}
     report = collect(_store(root / "web"), keep=1, min_age_s=0)
     assert report.kept_versions == [2]
     removed = {r.path for r in report.removed}
