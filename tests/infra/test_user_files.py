@@ -31,10 +31,10 @@ def fifo(tmp_path: Path) -> str:
 
 
 def test_a_fifo_is_refused_without_waiting_for_a_writer(fifo: str) -> None:
-    got, took = within(5, read_regular, fifo, "--config", 1 << 20)
+    # a stall bound: an open that waited for a writer would never return (ms here)
+    got, _ = within(30, read_regular, fifo, "--config", 1 << 20)
     assert isinstance(got, UserFileError), got
     assert str(got) == f"--config {fifo}: is a FIFO (named pipe), not a regular file"
-    assert took < 1
 
 
 @pytest.mark.parametrize("path, kind", [("/dev/zero", "a character device"),

@@ -381,7 +381,7 @@ def test_a_run_longer_than_the_dataset_is_one_run_of_it_all(n_blocks: int, lanes
     want = plan.lane_samples(sizes, PlanParams(seed, run_blocks=n_blocks), 1, lanes, 0, lanes)
     t0 = time.perf_counter()
     huge = plan.lane_samples(sizes, PlanParams(seed, run_blocks=10**12), 1, lanes, 0, lanes)
-    assert time.perf_counter() - t0 < 5
+    assert time.perf_counter() - t0 < 60  # a stall bound: a padded domain never finishes
     assert np.array_equal(huge, want)
     perm = plan.block_permutation(n_blocks, PlanParams(seed, run_blocks=10**12), 1)
     assert perm is not None and perm.n == n_blocks  # no padding

@@ -131,7 +131,7 @@ def test_a_stuck_training_thread_is_named_dumps_its_own_stack_and_all_exit(capfd
             r.hb._stop.set()
     took = time.monotonic() - started
     assert r0.exits == r1.exits == [HANG_EXIT_CODE]
-    assert 1.0 <= took < 6, took
+    assert 1.0 <= took < 14, took  # the 1 s limit, then a watcher's poll: a stall bound
     v = Verdict.loads(store.get("verdict"))
     assert (v.rank, v.phase, v.step, v.silent) == (1, "data", 2, False) and v.by in (0, 1)
     assert [ln for ln in lines if "made no progress" in ln] == [v.message()]

@@ -286,7 +286,7 @@ def test_probe_names_the_input_and_gives_up_on_silence(tmp_path: Path,
         monkeypatch.setattr(checks, "can_read", _silent)
         started = time.monotonic()
         assert probe_inputs(client, [str(there)], None, log, timeout_s=1) == 0
-        assert time.monotonic() - started < 10
+        assert time.monotonic() - started < 20  # not the silent probe's 30 s
     assert log.getvalue().count("\n") == 1 and "within 1 s" in log.getvalue()
 
 

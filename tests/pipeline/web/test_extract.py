@@ -57,7 +57,7 @@ def test_a_million_nested_divs_are_refused_in_the_time_of_their_parse() -> None:
     why = refusal(html)
     took = time.perf_counter() - started
     assert why == f"elements nested more than {MAX_DEPTH} deep"
-    assert took < 5, took
+    assert took < 60, took  # a stall bound: ~1 s here, extraction of the page would take hours
     with pytest.raises(TooComplex, match="nested more than 512"):
         html_to_text(html)
 

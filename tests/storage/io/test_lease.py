@@ -258,7 +258,7 @@ def test_call_within_gives_up_in_time_and_hands_a_late_result_on() -> None:
     t0 = time.monotonic()
     with pytest.raises(StoreSilentError, match="no answer from the store in 0 s"):
         call_within(0.2, slow, "a test", on_late=late.append)
-    assert time.monotonic() - t0 < 2
+    assert time.monotonic() - t0 < 5  # gave up: the call itself takes 10 s
     gate.set()
     deadline = time.monotonic() + 10
     while not late and time.monotonic() < deadline:

@@ -221,8 +221,8 @@ def test_a_503_in_a_message_fails_over_at_once(tmp_path: Path) -> None:
 
     t0 = time.monotonic()
     assert store.read("shards/part-00503.parquet", fetch) == b"ok"
-    assert time.monotonic() - t0 < 0.5
-    assert calls == [a, b]
+    assert calls == [a, b]  # no retry on a: a retry's jittered back-off could be short too
+    assert time.monotonic() - t0 < 5  # a stall bound: no waiting for throttling to pass
     assert store.failovers == 1 and store.errors["OSError"] == 1
     assert [s["healthy"] for s in store.status()] == [False, True]
 
