@@ -216,8 +216,9 @@ def kept_tokens(ids: np.ndarray, lengths: np.ndarray, keep: np.ndarray) -> np.nd
     Consecutive kept documents are one run, copied as one slice (a run that is the whole
     group, or the only one, is returned as a view of ``ids``, no copy): ~35 us for a
     256 k-token row group that keeps half its ~240 documents at random, where a token-level
-    mask (``np.repeat`` of ``keep``, then one boolean index) took ~75 us and Arrow's
-    ``filter`` of the binary column and a second unpack ~5.8 ms (``benchmarks/views.py``)."""
+    mask (``np.repeat`` of ``keep``, then one boolean index) took ~75 us, and ~90 vs ~155 us
+    in the loader right after the decode; Arrow's ``filter`` of the binary column and a
+    second unpack took ~5.8 ms (``benchmarks/view_loader.py``)."""
     keep = np.asarray(keep, dtype=bool)
     if keep.all():
         return ids
