@@ -145,6 +145,101 @@ OptionsFlag = Annotated[dict[str, Any] | None, Parameter(
     converter=_options_converter, accepts_keys=False, n_tokens=1, metavar="JSON|@FILE")]
 
 
+# -- the small grammars of flag values: parsed where the flag is read -------------------------
+#
+# A flag whose value has a little syntax of its own (``--adapt 1:4``, ``--languages en,de``,
+# ``--filter-options '{...}'``) is typed by one of these: cyclopts calls the grammar's
+# converter, so the config dataclass gets the typed value, from a flag, a ``--config`` file or
+# the environment alike, and a bad value is "Invalid value for --adapt: ..." naming the flag.
+# The same functions take the text form given in Python (``PipelineConfig(adapt="1:4")``).
+
+
+def min_max(text: str) -> tuple[int, int]:
+    """``"MIN:MAX"`` -> ``(MIN, MAX)``, integers with ``0 <= MIN <= MAX`` and ``MAX >= 1``."""
+    low, colon, high = str(text).partition(":")
+    try:
+        lo, hi = int(low), int(high)
+    except ValueError:
+        lo = hi = -1
+    if not colon or not 0 <= lo <= hi or hi < 1:
+        raise ValueError(f"{text!r}: expected MIN:MAX with 0 <= MIN <= MAX (e.g. 1:8)")
+    return lo, hi
+
+
+def comma_list(text: str | Iterable[str]) -> tuple[str, ...]:
+    """``"a, b,,c"`` -> ``("a", "b", "c")``: items stripped, empty ones dropped, order kept
+    (a list, as a config file may give, is taken item by item)."""
+    items = str(text).split(",") if isinstance(text, str) else [
+        part for item in text for part in str(item).split(",")]
+    return tuple(item.strip() for item in items if item.strip())
+
+
+def json_object_text(text: str | dict[str, Any]) -> dict[str, Any]:
+    """A JSON object given as text (a dict passes as it is); the error says why, cut short,
+    never echoing a long value."""
+    if isinstance(text, dict):
+        return text
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"not JSON: {str(exc)[:200]}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a JSON object {{\"key\": value, ...}}, not "
+                         f"{type(value).__name__}")
+    return value
+
+
+def _one_token(parse: Callable[[str], Any]) -> Callable[[Any, Sequence[Token]], Any]:
+    def convert(type_: Any, tokens: Sequence[Token]) -> Any:
+        return parse(tokens[-1].value)
+
+    return convert
+
+
+def _comma_tokens(type_: Any, tokens: Sequence[Token]) -> tuple[str, ...]:
+    # an environment value is split at whitespace into several tokens, a config file's list
+    # gives one per item: all of them are items of the one list
+    return comma_list([t.value for t in tokens])
+
+
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def byte_size(text: str) -> int:
+    """Bytes, with an optional binary unit: ``500M``, ``16G``, ``1T`` (or plain bytes); > 0."""
+    number, unit = str(text).strip(), ""
+    if number and number[-1].upper() in _SIZE_UNITS:
+        number, unit = number[:-1], number[-1].upper()
+    try:
+        value = int(float(number) * _SIZE_UNITS[unit])
+    except (ValueError, OverflowError):  # OverflowError: "inf"
+        raise ValueError(f"not a size: {text!r} (e.g. 16G, 500M)") from None
+    if value <= 0:
+        raise ValueError(f"must be > 0, got {text!r}")
+    return value
+
+
+#: ``--cache-bytes 16G``-like flags: bytes
+ByteSize = Annotated[int | None, Parameter(
+    converter=_one_token(byte_size), n_tokens=1, accepts_keys=False, metavar="SIZE")]
+
+#: ``--adapt MIN:MAX``-like flags: ``(MIN, MAX)``
+MinMax = Annotated[tuple[int, int] | None, Parameter(
+    converter=_one_token(min_max), n_tokens=1, accepts_keys=False, metavar="MIN:MAX")]
+
+#: ``--languages en,de``-like flags: the items, stripped, in the order given
+CommaList = Annotated[tuple[str, ...], Parameter(
+    converter=_comma_tokens, n_tokens=1, accepts_keys=False, consume_multiple=False,
+    metavar="A,B,...")]
+OptionalCommaList = Annotated[tuple[str, ...] | None, Parameter(
+    converter=_comma_tokens, n_tokens=1, accepts_keys=False, consume_multiple=False,
+    metavar="A,B,...")]
+
+#: ``--filter-options '{"a.b": 1}'``-like flags: a JSON object (a config file's table too)
+JsonObject = Annotated[dict[str, Any] | None, Parameter(
+    converter=_one_token(json_object_text), n_tokens=1, accepts_keys=False, metavar="JSON")]
+
+
 def env_prefix(component: str) -> str:
     """``SHARDFLOW_PIPELINE_``: the prefix of a component's environment overrides; a field
     ``min_chars`` is read from ``SHARDFLOW_PIPELINE_MIN_CHARS``."""

@@ -19,12 +19,22 @@ anything secret.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import asdict, dataclass, fields
 from typing import Annotated, Any
 
 from cyclopts import Parameter
 
+# the flag types of the parts' fields: dataclasses resolve every part's annotations in this
+# module (PipelineConfig's __init__ lives here), so each type a part names is imported here too
+from infra.config import (  # noqa: F401
+    CommaList,
+    JsonObject,
+    MinMax,
+    OptionalCommaList,
+    min_max,
+)
 from pipeline.config_field import NOT_A_FLAG, flag
 from pipeline.dedup.flags import DedupFlags
 from pipeline.driver.carbon import CarbonFlags
@@ -99,8 +109,8 @@ class ExecutionFlags:
 
     workers: int = flag(0, "LocalCluster worker processes (0: cores / --tokenizer-threads)",
                         manifest=False)
-    adapt: Annotated[str | None, Parameter(metavar="MIN:MAX")] = flag(
-        None, "adaptive LocalCluster scaling between MIN and MAX workers", manifest=False)
+    adapt: MinMax = flag(None, "adaptive LocalCluster scaling between MIN and MAX workers",
+                         manifest=False)
     scheduler: str | None = flag(None, "address of a running Dask scheduler (tcp://host:8786) "
                                  "instead of starting a LocalCluster", manifest=False)
     dashboard_address: str = flag("127.0.0.1:8787", "where the LocalCluster serves its "
@@ -109,20 +119,16 @@ class ExecutionFlags:
                         "rescheduled anyway)", manifest=False)
 
     def check_execution(self) -> None:
-        if self.adapt is not None:
-            self.adapt_range  # noqa: B018 - validates
+        if isinstance(self.adapt, str):  # given in Python as text: the flag's grammar
+            try:
+                self.adapt = min_max(self.adapt)
+            except ValueError as exc:
+                raise ValueError(f"adapt {exc}") from None
 
     @property
     def adapt_range(self) -> tuple[int, int] | None:
-        if self.adapt is None:
-            return None
-        try:
-            lo, hi = (int(x) for x in self.adapt.split(":"))
-        except ValueError:
-            lo, hi = -1, -1
-        if not 0 <= lo <= hi or hi < 1:
-            raise ValueError(f"adapt {self.adapt!r}: expected MIN:MAX with 0 <= MIN <= MAX")
-        return lo, hi
+        """``(MIN, MAX)`` workers of ``--adapt`` (typed by the flag: :data:`MinMax`)."""
+        return self.adapt
 
 
 @dataclass
@@ -210,15 +216,19 @@ class PipelineConfig(CarbonFlags, OutputFlags, ExecutionFlags, ShardFlags, Token
         limits = {k: d[k] for k, default in _RECORD_LIMITS.items() if d[k] != default}
         out.update(limits)  # the same: they decide which records are poison
         if self.web_config is not None:  # the same: recorded only when used
-            out.update({k: d[k] for k in _WEB_FIELDS})
+            out.update({k: _as_given(k, d[k]) for k in _WEB_FIELDS})
         return out
+
+    @property
+    def language_codes(self) -> tuple[str, ...]:
+        """``--languages``, lower-cased, checked and sorted (() when not given)."""
+        return check_languages(tuple(sorted({c.lower() for c in self.languages or ()})))
 
     @property
     def recipe(self) -> Recipe:
         """The steps this run applies: ``--steps`` (or the config file's ``[[steps]]``), else
         the recipe the step flags describe (:func:`pipeline.steps.shorthand.shorthand_recipe`)."""
-        languages = check_languages(tuple(sorted(
-            {c.strip().lower() for c in (self.languages or "").split(",") if c.strip()})))
+        languages = self.language_codes
         if self.steps is not None:
             given = [f"--{name.replace('_', '-')}" for name, default in _STEP_FLAGS.items()
                      if getattr(self, name) != default]
@@ -242,8 +252,7 @@ class PipelineConfig(CarbonFlags, OutputFlags, ExecutionFlags, ShardFlags, Token
         """The web steps this run applies (None: none; the pipeline is as it always was)."""
         filters = parse_filters(self.filters)
         options = parse_filter_options(self.filter_options)
-        languages = check_languages(tuple(sorted(
-            {c.strip().lower() for c in (self.languages or "").split(",") if c.strip()})))
+        languages = self.language_codes
         if not (self.web_inputs or languages or filters or self.url_blocklist
                 or self.pii == "mask"):
             return None
@@ -257,8 +266,8 @@ class PipelineConfig(CarbonFlags, OutputFlags, ExecutionFlags, ShardFlags, Token
 #: the flags a recipe replaces, and their defaults (a recipe with one of them set is an error)
 _STEP_FLAGS = {"fix_mojibake": True, "min_chars": 1, "max_chars": 0, "min_alpha_frac": 0.0,
                "max_repeated_line_frac": 1.0, "languages": None, "min_lang_score": 0.65,
-               "filters": "", "filter_options": None, "url_blocklist": None, "pii": "none",
-               "annotate": "", "decontaminate": None, "decontaminate_n": 13,
+               "filters": (), "filter_options": None, "url_blocklist": None, "pii": "none",
+               "annotate": (), "decontaminate": None, "decontaminate_n": 13,
                "decontaminate_min_overlap": 0.0, "decontaminate_mode": "filter"}
 
 #: record limits and their defaults (recorded in the manifest only when changed)
@@ -266,6 +275,17 @@ _RECORD_LIMITS = {"record_cpu_s": RECORD_CPU_S, "record_wall_s": RECORD_WALL_S}
 
 _WEB_FIELDS = ("languages", "min_lang_score", "filters", "filter_options", "url_blocklist",
                "pii", "web_inputs")
+
+
+def _as_given(name: str, value: Any) -> Any:
+    """A typed web flag as the manifest has always recorded it: the text of the flag
+    (``"gopher,c4"``, the options' JSON), so that a rerun's record, and the partition keys
+    made from it, stay the same bytes."""
+    if name in ("filters", "annotate") or (name == "languages" and value is not None):
+        return ",".join(value)
+    if name == "filter_options" and value is not None:
+        return json.dumps(value)
+    return value
 
 
 def cli_fields() -> list[Any]:

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 from cyclopts import Group, Parameter
 from cyclopts.validators import Number
 
-from infra.config import ConfigFlag, OptionsFlag, StorageOptions, make_app, parse
+from infra.config import ByteSize, ConfigFlag, OptionsFlag, StorageOptions, make_app, parse
 
 #: Defaults by device type: small enough for 2 CPU cores, GPT-2-small-like on CUDA.
 PRESETS: dict[str, dict[str, int]] = {
@@ -39,27 +39,6 @@ MODEL_PRESETS: dict[str, dict[str, int]] = {
 
 class ConfigError(ValueError):
     """A combination of flags that cannot run (reported without a traceback)."""
-
-
-_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
-
-def _size(text: str) -> int:
-    """Bytes, with an optional binary unit: ``500M``, ``16G``, ``1T`` (or plain bytes)."""
-    number, unit = text.strip(), ""
-    if number and number[-1].upper() in _SIZE_UNITS:
-        number, unit = number[:-1], number[-1].upper()
-    try:
-        value = int(float(number) * _SIZE_UNITS[unit])
-    except ValueError:
-        raise ValueError(f"not a size: {text!r} (e.g. 16G, 500M)") from None
-    if value <= 0:
-        raise ValueError(f"must be > 0, got {text!r}")
-    return value
-
-
-def _size_converter(type_: Any, tokens: Any) -> int:
-    return _size(tokens[-1].value)
 
 
 _CPU, _CUDA = PRESETS["cpu"], PRESETS["cuda"]
@@ -121,12 +100,10 @@ class TrainConfig:
         None, "keep the verified shard pieces read from the store in this local directory "
               "(shared by the ranks and jobs of a host), so later epochs read local disk; "
               "unset = no cache")
-    cache_bytes: Annotated[int | None, _DATA,
-                           Parameter(converter=_size_converter, metavar="SIZE")] = _h(
+    cache_bytes: Annotated[ByteSize, _DATA] = _h(
         None, "size limit of --cache-dir, least recently used pieces evicted (e.g. 200G; "
               "default: 16G)")
-    readahead_bytes: Annotated[int | None, _DATA,
-                               Parameter(converter=_size_converter, metavar="SIZE")] = _h(
+    readahead_bytes: Annotated[ByteSize, _DATA] = _h(
         None, "decoded row groups a rank may hold ahead of use when reading from an object "
               "store, which bounds its requests' size: a request takes a whole run when "
               "this holds lanes per rank x --run-blocks row groups (default: 320M, runs of "

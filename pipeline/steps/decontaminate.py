@@ -44,6 +44,7 @@ from typing import Annotated, Any
 
 from cyclopts import Parameter
 
+from infra.config import OptionalCommaList, comma_list
 from infra.user_files import UserFileError, read_regular
 from pipeline.config_field import flag
 from pipeline.steps.contract import REPORT_EXAMPLES, Doc
@@ -61,7 +62,7 @@ class DecontaminateFlags:
     """The ``decontaminate`` step's options as ``pipeline run`` flags (the default recipe runs
     it after the other steps, before tokenizing, when ``--decontaminate`` is given)."""
 
-    decontaminate: Annotated[str | None, Parameter(metavar="FILE_OR_GLOB[,...]")] = flag(
+    decontaminate: Annotated[OptionalCommaList, Parameter(metavar="FILE_OR_GLOB[,...]")] = flag(
         None, "evaluation sets to keep out of the dataset: JSONL (its 'text' field), Parquet "
         "('text' column) or text files (one example per line), one set per file named by its "
         "stem; documents sharing a 13-word n-gram (lower-cased, punctuation stripped) with one "
@@ -78,6 +79,8 @@ class DecontaminateFlags:
         "keeps them all and writes decontaminate.hits/.overlap/.set columns", manifest=False)
 
     def check_decontaminate(self) -> None:
+        if self.decontaminate is not None:  # given in Python as text: the flag's grammar
+            self.decontaminate = comma_list(self.decontaminate)
         check_options(self.decontaminate_n, self.decontaminate_min_overlap)
         if self.decontaminate_mode not in MODES:
             raise ValueError("decontaminate mode must be 'filter' or 'annotate', not "
@@ -85,12 +88,9 @@ class DecontaminateFlags:
 
     def decontaminate_options(self) -> dict[str, Any] | None:
         """The step's recipe options the flags give (``None``: no ``--decontaminate``)."""
-        if not self.decontaminate:
+        if not self.decontaminate:  # unset, or given as "" (no file: no step, as before)
             return None
-        files = [p.strip() for p in self.decontaminate.split(",") if p.strip()]
-        if not files:
-            raise ValueError("--decontaminate: no file or glob given")
-        return {"eval": files, "n": self.decontaminate_n,
+        return {"eval": list(self.decontaminate), "n": self.decontaminate_n,
                 "min_overlap": self.decontaminate_min_overlap}
 
 

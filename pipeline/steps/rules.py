@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, fields, replace
-from typing import Annotated, Any
+from typing import Any
 
-from cyclopts import Parameter
-
+from infra.config import CommaList, JsonObject, comma_list, json_object_text
 from pipeline.config_field import flag
 from pipeline.steps.contract import Doc
 from pipeline.web.c4 import C4Quality
@@ -31,16 +30,28 @@ class RuleSetFlags:
     """The rule-set steps as ``pipeline run`` flags: which run in filter mode, which in
     annotate mode, and their thresholds."""
 
-    filters: str = flag("", "heuristic rule sets to apply, comma-separated: gopher "
+    filters: CommaList = flag((), "heuristic rule sets to apply, comma-separated: gopher "
                         "(gopher_repetition + gopher_quality), c4, fineweb; drops are counted "
                         "as <rule set>.<reason>", manifest=False)
-    filter_options: Annotated[str | None, Parameter(metavar="JSON")] = flag(
+    filter_options: JsonObject = flag(
         None, "thresholds of the rule sets, a JSON object, e.g. "
         '\'{"gopher_quality.min_doc_words": 100, "c4.filter_no_terminal_punct": false}\'',
         manifest=False)
-    annotate: str = flag("", "rule sets to measure without dropping anything, comma-separated "
-                         "(gopher, c4, fineweb, as --filters): every signal their rules look at "
-                         "becomes a column <rule set>.<signal> beside input_ids", manifest=False)
+    annotate: CommaList = flag((), "rule sets to measure without dropping anything, "
+                               "comma-separated (gopher, c4, fineweb, as --filters): every signal "
+                               "their rules look at becomes a column <rule set>.<signal> beside "
+                               "input_ids", manifest=False)
+
+    def check_rule_set_flags(self) -> None:
+        """Values given in Python as text (``filters="gopher,c4"``) take the flags' grammar;
+        the names and options themselves are checked with the recipe."""
+        self.filters = comma_list(self.filters)
+        self.annotate = comma_list(self.annotate)
+        if self.filter_options is not None:
+            try:
+                self.filter_options = json_object_text(self.filter_options)
+            except ValueError as exc:
+                raise ValueError(f"filter_options: {exc}") from None
 
 def view(doc: Doc) -> Text:
     """The document's :class:`Text` (its word split), shared by consecutive rule sets while

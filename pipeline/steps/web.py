@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 from cyclopts import Parameter
 
+from infra.config import OptionalCommaList, comma_list
 from pipeline.config_field import flag
 from pipeline.steps.contract import Doc, Poisoned
 
@@ -22,12 +23,17 @@ TOO_COMPLEX = "extract_too_complex"
 class LanguageFlags:
     """The ``langid`` step's options as ``pipeline run`` flags."""
 
-    languages: Annotated[str | None, Parameter(metavar="CODES")] = flag(
+    languages: Annotated[OptionalCommaList, Parameter(metavar="CODES")] = flag(
         None, "keep only documents in these languages (ISO 639-1, comma-separated, e.g. "
         "'en,de'), identified with py3langid's bundled model; default: keep all",
         manifest=False)
     min_lang_score: float = flag(0.65, "with --languages: drop documents whose language "
                                  "probability is below this (lang_score)", manifest=False)
+
+    def check_language_flags(self) -> None:
+        """``languages="en,de"`` given in Python takes the flag's grammar."""
+        if self.languages is not None:
+            self.languages = comma_list(self.languages)
 
 
 @dataclass

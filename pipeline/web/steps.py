@@ -12,10 +12,11 @@ counted as ``<rule set>.<reason>`` with datatrove's reason names.
 
 from __future__ import annotations
 
-import json
+from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from infra.config import json_object_text
 from pipeline.web.c4 import C4Quality
 from pipeline.web.fineweb import FineWebQuality
 from pipeline.web.gopher import GopherQuality, GopherRepetition
@@ -33,11 +34,12 @@ ALIASES = {"gopher": ("gopher_repetition", "gopher_quality")}
 META_COLUMNS = ("url", "date", "source", "lang", "lang_score")
 
 
-def parse_filters(spec: str, what: str = "filter") -> tuple[str, ...]:
-    """``"gopher,c4"`` -> the rule sets to run, in their running order (``what``: how an
-    unknown name is called in the error: ``--filters``' or ``--annotate``'s)."""
+def parse_filters(spec: str | Iterable[str], what: str = "filter") -> tuple[str, ...]:
+    """``("gopher", "c4")`` (the typed ``--filters``) or ``"gopher,c4"`` -> the rule sets to
+    run, in their running order (``what``: how an unknown name is called in the error:
+    ``--filters``' or ``--annotate``'s)."""
     names: set[str] = set()
-    for raw in spec.split(","):
+    for raw in spec.split(",") if isinstance(spec, str) else spec:
         name = raw.strip().lower()
         if not name or name == "none":
             continue
@@ -51,19 +53,16 @@ def parse_filters(spec: str, what: str = "filter") -> tuple[str, ...]:
     return tuple(n for n in RULE_SETS if n in names)
 
 
-def parse_filter_options(text: str | None) -> tuple[tuple[str, Any], ...]:
-    """``--filter-options`` JSON -> sorted ``((rule_set.field, value), ...)``, each checked
-    against the rule set's fields (an unknown name is an error naming it) and their types
-    (:mod:`pipeline.web.option_types`)."""
+def parse_filter_options(text: str | dict[str, Any] | None) -> tuple[tuple[str, Any], ...]:
+    """``--filter-options`` (the typed flag's object, or its JSON text) -> sorted
+    ``((rule_set.field, value), ...)``, each checked against the rule set's fields (an
+    unknown name is an error naming it) and their types (:mod:`pipeline.web.option_types`)."""
     if not text:
         return ()
     try:
-        raw = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise ValueError(f"filter_options: not JSON: {str(exc)[:200]}") from None
-    if not isinstance(raw, dict):
-        raise ValueError("filter_options: expected a JSON object "
-                         '{"rule_set.option": value, ...}')
+        raw = json_object_text(text)  # the flag's grammar (infra/config.py)
+    except ValueError as exc:
+        raise ValueError(f"filter_options: {exc}") from None
     out = []
     for key, value in sorted(raw.items()):
         rule, _, name = key.partition(".")
