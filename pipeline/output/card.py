@@ -89,29 +89,31 @@ class Report:
 
 def read_report(store: ReplicaSet, manifest: Manifest) -> Report:
     """The decontamination report of this version: the one ``stats.contamination`` names
-    (``pipeline.output.contamination``: ``report``, its ``sha256``), read to a bound (it is
-    untrusted input) and checked against that sha256, since the file at the root is whichever
-    run wrote it last. Nothing recorded: no report, whatever file lies there."""
+    (``pipeline.output.contamination``: ``report``, its ``sha256``; ``contamination/<sha16>.json``,
+    or the root's ``contamination.json`` in datasets written before reports were versioned),
+    read to a bound (it is untrusted input) and checked against that sha256 (the root file is
+    whichever run wrote it last). Nothing recorded: no report, whatever file lies there."""
     recorded = manifest.stats.get("contamination")
     if not isinstance(recorded, dict):
         return Report()
     name, sha = recorded.get("report", REPORT), recorded.get("sha256")
+    label = REPORT  # what the messages call it: the manifest's name once it is a safe one
     try:
-        path = safe_relative(name) if isinstance(name, str) else REPORT
+        label = path = safe_relative(name) if isinstance(name, str) else REPORT
         data = store.get(path, start=0, end=REPORT_MAX_BYTES + 1)
     except FileNotFoundError:
-        return Report(problem=f"{REPORT}, which the manifest names, is missing")
+        return Report(problem=f"{label}, which the manifest names, is missing")
     except (OSError, ValueError) as exc:
-        return Report(problem=f"{REPORT} cannot be read ({type(exc).__name__})")
+        return Report(problem=f"{label} cannot be read ({type(exc).__name__})")
     if len(data) > REPORT_MAX_BYTES:
-        return Report(problem=f"{REPORT} is larger than {REPORT_MAX_BYTES:,} bytes; not read")
+        return Report(problem=f"{label} is larger than {REPORT_MAX_BYTES:,} bytes; not read")
     if isinstance(sha, str) and digest_bytes(data) != sha:
-        return Report(problem=f"{REPORT} is not this version's (its sha256 is not the one the "
-                              "manifest records: a later run's); not read")
+        return Report(problem=f"{label} is not this version's (its sha256 is not the one the "
+                              "manifest records: a later run's, or damaged); not read")
     try:
         return Report(json.loads(data.decode("utf-8")))
     except (UnicodeDecodeError, ValueError):
-        return Report(problem=f"{REPORT} is not JSON; not read")
+        return Report(problem=f"{label} is not JSON; not read")
 
 
 def _token_counts(encoding: str) -> Any:

@@ -1,13 +1,15 @@
-"""``contamination.json``: what the run's ``decontaminate`` steps found, per eval set (the
-documents hit and the matched n-grams of the first :data:`REPORT_EXAMPLES` of them, by
-partition and document order: the same report on every rerun), written at the dataset's root
-before the commit, and the manifest's ``stats.contamination`` (the report's name, its sha256
-and the documents hit per ``<step>.<set>``).
+"""A version's decontamination report: what the run's ``decontaminate`` steps found, per eval
+set (the documents hit and the matched n-grams of the first :data:`REPORT_EXAMPLES` of them,
+by partition and document order: the same report on every rerun), and the manifest's
+``stats.contamination`` (the report's name, its sha256 and the documents hit per
+``<step>.<set>``).
 
-Why at the root and outside the content-addressed names: it is the current version's report
-for people and tools to open by name; the manifest records its sha256, so a report left by a
-later run that never committed (or by a run without decontamination: then the manifest has
-no ``stats.contamination``) is told apart. ``gc`` leaves files it does not know alone.
+It is put twice before the commit: content-addressed, ``contamination/<sha16>.json``, which
+the manifest names among its ``reports`` (so ``verify``, ``repair`` and ``gc`` treat it like
+every object of the version, and each kept version keeps the report it was made with), and as
+``contamination.json`` at the dataset's root, the current version's report for people and
+tools to open by name. The root copy is whichever run wrote it last (a run that never
+committed, too); the manifest's name and sha256 tell the version's own apart.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from pipeline.steps.contract import REPORT_EXAMPLES
 from pipeline.steps.decontaminate import cached_index, eval_files
 from pipeline.steps.recipe import Recipe
 from storage import Manifest, ReplicaSet, display_url
+from storage.format.layout import contamination_name
+from storage.format.manifest import ObjectInfo
 
 #: the report's name at the dataset's root
 REPORT = "contamination.json"
@@ -52,14 +56,19 @@ def build_report(recipe: Recipe, reports: dict[str, dict[str, Any]]) -> dict[str
 
 def with_report(store: ReplicaSet, manifest: Manifest, report: dict[str, Any] | None
                 ) -> Manifest:
-    """``manifest`` with ``stats.contamination``, the report put first (``None``: unchanged,
-    nothing written)."""
+    """``manifest`` with ``stats.contamination`` and the report among its ``reports``, the
+    report put first (``None``: unchanged, nothing written)."""
     if report is None:
         return manifest
     data = (json.dumps(report, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode()
+    sha = hashlib.sha256(data).hexdigest()
+    name = contamination_name(sha)
+    store.put(name, data)
     store.put(REPORT, data)
-    documents = {f"{step}.{name}": s["documents"] for step, entry in report["steps"].items()
-                 for name, s in entry["sets"].items()}
+    documents = {f"{step}.{eval_set}": s["documents"]
+                 for step, entry in report["steps"].items()
+                 for eval_set, s in entry["sets"].items()}
     stats = {**manifest.stats, "contamination": {
-        "report": REPORT, "sha256": hashlib.sha256(data).hexdigest(), "documents": documents}}
-    return replace(manifest, stats=stats)
+        "report": name, "sha256": sha, "documents": documents}}
+    return replace(manifest, stats=stats,
+                   reports=(*manifest.reports, ObjectInfo(name, len(data), sha)))

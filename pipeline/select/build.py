@@ -313,8 +313,10 @@ def select(src: ReplicaSet, where: str, dst: ReplicaSet, *, log: TextIO | None =
     view = ViewRef(name, version, text, masks_path, len(masks_data), digest_bytes(masks_data),
                    int(rows.sum()), int(toks.sum()))
     stats = {k: v for k, v in m.stats.items() if k == "signals"}
+    # the source's lineage says how its documents were made, and stays; its drop records and
+    # reports are objects of the source's folder, not the view's
     manifest = dataclasses.replace(
-        m, index=ref, quarantine=(), stats=stats, view=view,
+        m, index=ref, quarantine=(), drops=(), reports=(), stats=stats, view=view,
         totals=Totals(counts.shards, counts.row_groups, int(kept_rows.sum()),
                       int(kept_tokens.sum()), counts.bytes))
     lease = hold_replicas(dst, "select")

@@ -19,7 +19,8 @@ What is kept, on every replica:
   ``shards/``, ``quarantine/``, ``index/``, ``masks/`` (a view's own), ``_versions/``,
   ``_work/``, root ``tokenizer*.json`` files, stale pins, ``_doclens/`` token counts of
   shards no kept version names (``select``'s cache), the cards of versions it does not
-  keep (``card/<manifest sha16>/<file>``: a kept version keeps its card) and leftover
+  keep (``card/<manifest sha16>/<file>``: a kept version keeps its card), the
+  ``contamination/`` reports and ``lineage/`` drop records no kept version names, and leftover
   ``.tmp-*`` files of interrupted local writes.
 
 A local replica holding a symlink anywhere in the dataset is refused whole, naming the link:
@@ -46,6 +47,7 @@ from typing import Any
 from storage.admin import view_pins
 from storage.admin.versions import manifest_tag
 from storage.format.layout import (
+    CONTAMINATION_DIR,
     DOCLENS_DIR,
     INDEX_DIR,
     LINEAGE_DIR,
@@ -254,7 +256,8 @@ def _pins(store: ReplicaSet, scans: list[_Replica], cutoff: float) -> tuple[set[
 
 def _collectable(rel: str) -> bool:
     top = rel.split("/", 1)[0]
-    return (top in (SHARDS_DIR, QUARANTINE_DIR, INDEX_DIR, MASKS_DIR, DOCLENS_DIR, LINEAGE_DIR)
+    return (top in (SHARDS_DIR, QUARANTINE_DIR, INDEX_DIR, MASKS_DIR, DOCLENS_DIR, LINEAGE_DIR,
+                    CONTAMINATION_DIR)
             or is_tokenizer_name(rel)
             or card_tag(rel) is not None or ("/" not in rel and rel.startswith(".tmp-")))
 

@@ -35,6 +35,9 @@ CARD_DIR = "card"
 #: ``lineage/part-00007-steps-<sha16>.jsonl.gz`` (dropped by a step) and ``...-dups-...``
 #: (duplicates, with the kept document's place), named by the manifest like the quarantine
 LINEAGE_DIR = "lineage"
+#: each version's decontamination report (``pipeline.output.contamination``):
+#: ``contamination/<sha16>.json``, content-addressed and named by the manifest's ``reports``
+CONTAMINATION_DIR = "contamination"
 #: immutable copies of every committed manifest: ``<sequence>-<manifest sha16>.json``
 VERSIONS_DIR = "_versions"
 #: a run's scratch files (``pipeline.tasks.work``), removed once it commits
@@ -79,6 +82,12 @@ def index_name(sha256: str) -> str:
 def masks_name(sha256: str) -> str:
     """A view's keep-masks object, content-addressed like every object a manifest names."""
     return f"{MASKS_DIR}/{_tag(sha256)}.sfmask"
+
+
+def contamination_name(sha256: str) -> str:
+    """A version's decontamination report, content-addressed: a rerun with other eval sets
+    writes another name, so every kept version keeps the report it was made with."""
+    return f"{CONTAMINATION_DIR}/{_tag(sha256)}.json"
 
 
 def doclens_name(shard_path: str) -> str:

@@ -208,6 +208,10 @@ class Manifest:
     #: each partition's record of the documents the run left out (``pipeline.lineage``),
     #: named like the quarantine; ``()`` (absent from the JSON) before lineage existed
     drops: tuple[ObjectInfo, ...] = ()
+    #: reports the run wrote about this version (its decontamination report,
+    #: ``contamination/<sha16>.json``), verified, repaired and kept by gc like every object it
+    #: names; ``()`` (absent from the JSON) in manifests written before them
+    reports: tuple[ObjectInfo, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.format:
@@ -262,6 +266,7 @@ class Manifest:
             out.append((self.tokenizer.path, self.tokenizer.bytes, self.tokenizer.sha256))
         out += [(q.path, q.bytes, q.sha256) for q in self.quarantine]
         out += [(d.path, d.bytes, d.sha256) for d in self.drops]
+        out += [(r.path, r.bytes, r.sha256) for r in self.reports]
         return out
 
     @property
@@ -289,7 +294,7 @@ class Manifest:
             del d["view"]  # a dataset's JSON is what it was before views existed
         else:
             d["view"] = self.view.to_dict()
-        for optional in ("lineage", "drops"):  # older manifests re-serialise to their bytes
+        for optional in ("lineage", "drops", "reports"):  # older manifests keep their bytes
             if not d[optional]:
                 del d[optional]
         if self.is_v2:
@@ -362,6 +367,7 @@ class Manifest:
             view=ViewRef.from_dict(f.child("view")) if "view" in f.value else None,
             lineage=f.mapping("lineage", {}),
             drops=tuple(ObjectInfo.from_dict(o) for o in f.objects("drops", [])),
+            reports=tuple(ObjectInfo.from_dict(o) for o in f.objects("reports", [])),
         )
         for i, shard in enumerate(manifest.shards):
             if sum(g.tokens for g in shard.row_groups) != shard.tokens:

@@ -320,13 +320,18 @@ def test_the_card_reports_what_decontamination_found(corpus_dir: Path, tmp_path:
     assert "fell into a sadness then into a fast" in text  # the report's matched n-gram
     dropped = {r[0]: r[1] for r in _table(text, "### Dropped, by reason")}
     assert dropped["decontaminate.planted"] == "decontaminate"
-    # a report at the root that is not the version's (a later run's) is not shown as its
+    # the version's report is its own object, named by the manifest; the root's copy is the
+    # latest run's, and a report that does not match the manifest is not shown as the version's
+    report = m.stats["contamination"]["report"]
+    assert report.startswith("contamination/") and report in {r.path for r in m.reports}
+    assert (out / report).read_bytes() == (out / "contamination.json").read_bytes()
     (out / "contamination.json").write_text(json.dumps({"format": "x", "steps": {}}))
+    (out / report).write_text(json.dumps({"format": "x", "steps": {}}))
     from pipeline.output.card import rebuild
 
     rebuild(ReplicaSet.from_urls([str(out)]), str(out))
     text = (_card_dir(out) / README).read_text()
-    assert "contamination.json is not this version's" in text
+    assert f"{report} is not this version's" in text
     rows = {r[0]: r[1:] for r in _table(text, "## Decontamination")}
     assert rows["planted"] == ["1", "1"]  # the manifest's own counts remain
 

@@ -1,8 +1,8 @@
 """The ``decontaminate`` step: eval sets from JSONL, Parquet and text files, planted passages
 found (whole and partial, with changed case and punctuation), unrelated text never flagged,
 annotate mode's signals, bad eval files as one error naming the file, the flags as the
-default recipe with the files' content pinned, and a real run's drops, signals and
-``contamination.json``."""
+default recipe with the files' content pinned, and a real run's drops, signals and report
+(``contamination/<sha16>.json``, one per version)."""
 
 from __future__ import annotations
 
@@ -225,21 +225,55 @@ def test_a_run_drops_counts_and_reports_planted_passages(tmp_path: Path) -> None
     assert {k: v for k, v in stats["dropped"].items() if k.startswith("decontaminate.")} == \
         {"decontaminate.science": 2, "decontaminate.history": 2, "decontaminate.quiz": 1}
     assert stats["documents_out"] == 160 - 5
-    data = (tmp_path / "ds" / "contamination.json").read_bytes()
+    data = (tmp_path / "ds" / stats["contamination"]["report"]).read_bytes()
+    assert data == (tmp_path / "ds" / "contamination.json").read_bytes()  # the root's copy
     report = json.loads(data)
     assert stats["contamination"]["sha256"] == hashlib.sha256(data).hexdigest()
+    assert manifest["reports"] == [{"path": stats["contamination"]["report"],
+                                    "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}]
     assert stats["contamination"]["documents"] == {
         "decontaminate.history": 2, "decontaminate.quiz": 1, "decontaminate.science": 2}
     step = report["steps"]["decontaminate"]
     assert step["n"] == 13 and step["mode"] == "filter" and len(step["eval_sha256"]) == 64
     found = {e["id"]: name for name, s in step["sets"].items() for e in s["examples"]}
     assert found == planted  # each planted document named, in its set, and nothing else
-    # the record's source where the reader knows one (web records: file@offset), else its id
-    assert all(e["source"] == e["id"] for s in step["sets"].values() for e in s["examples"])
+    # each record's source, file:line (its --id-field id is the record's own, not where it is)
+    for e in (e for s in step["sets"].values() for e in s["examples"]):
+        k = int(e["id"][1:])
+        assert e["source"] == (f"a.jsonl:{k + 1}" if k < 80 else f"b.jsonl:{k - 79}")
     assert step["sets"]["quiz"]["eval_examples"] == 1
     assert all(len(g.split()) == 13 for s in step["sets"].values() for e in s["examples"]
                for g in e["ngrams"])
     assert "decontaminate" in {s["use"] for s in manifest["config"]["steps"]}
+
+
+def test_each_version_keeps_its_own_report_which_gc_and_verify_treat_as_its_object(
+        tmp_path: Path) -> None:
+    """A rerun with another eval set is a new version with another report; the old version's
+    report stays while that version is kept, gc removes it after, verify checks the kept one."""
+    from storage import ReplicaSet
+    from storage.admin.gc import collect
+    from storage.admin.scrub import verify
+
+    sets = _write_sets(tmp_path)
+    inputs, _ = _corpus(tmp_path)
+    first = _build(tmp_path, inputs, "ds", decontaminate=",".join(sets))
+    second = _build(tmp_path, inputs, "ds", decontaminate=sets[0])  # science only
+    old, new = (m["stats"]["contamination"]["report"] for m in (first, second))
+    ds = tmp_path / "ds"
+    assert old != new and (ds / old).is_file() and (ds / new).is_file()
+    assert json.loads((ds / old).read_text())["steps"]["decontaminate"]["sets"].keys() == {
+        "science", "history", "quiz"}
+    assert (ds / "contamination.json").read_bytes() == (ds / new).read_bytes()
+    store = ReplicaSet.from_urls([str(ds)])
+    collect(store, keep=2, min_age_s=0)
+    assert (ds / old).is_file()  # its version is kept
+    collect(store, keep=1, min_age_s=0)
+    assert not (ds / old).exists() and (ds / new).is_file()
+    assert verify(store).ok
+    (ds / new).write_text("{}")  # damaged: verify names it
+    report = verify(store)
+    assert not report.ok and new in report.render()
 
 
 def test_a_run_in_annotate_mode_keeps_all_and_writes_signals(tmp_path: Path) -> None:

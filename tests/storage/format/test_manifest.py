@@ -118,6 +118,28 @@ def test_unsafe_path_error_names_the_file_and_field(tmp_path: Path) -> None:
         read_manifest(str(tmp_path))
 
 
+@pytest.mark.parametrize("field", ["reports", "drops", "quarantine"])
+def test_a_report_or_drop_record_outside_the_dataset_is_refused(tmp_path: Path,
+                                                                 field: str) -> None:
+    d = json.loads(_manifest().to_json())
+    d[field] = [{"path": "../../etc/passwd", "bytes": 1, "sha256": "0" * 64}]
+    (tmp_path / "manifest.json").write_text(json.dumps(d))
+    with pytest.raises(UnsafePathError, match=rf"manifest.json: {field}\[0\]\.path"):
+        read_manifest(str(tmp_path))
+
+
+def test_reports_are_objects_of_the_version_and_absent_when_none() -> None:
+    m = _manifest()
+    assert "reports" not in json.loads(m.to_json())  # older manifests keep their bytes
+    from dataclasses import replace
+
+    from storage.format.manifest import ObjectInfo
+
+    r = ObjectInfo("contamination/0123456789abcdef.json", 10, "a" * 64)
+    m2 = Manifest.from_json(replace(m, reports=(r,)).to_json())
+    assert m2.reports == (r,) and (r.path, 10, "a" * 64) in m2.objects()
+
+
 def test_binary_garbage_is_a_manifest_error(tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(ManifestError, match="manifest.json"):
