@@ -110,8 +110,15 @@ def test_a_rank_slowed_from_outside_is_named_within_two_reports(
                                            for r in got]
     assert after[1]["spread_pct"] > 20, after[1]
     assert {"data_s", "compute_s", "optimizer_s", "collective_s", "scores"} <= after[1].keys()
-    # rank 0 waits for rank 1 at the gradient all-reduce; rank 1 hardly waits for rank 0
-    assert after[1]["collective_s"][0] > after[1]["collective_s"][1], after[1]
+    # Which rank waited longer at the all-reduce is not asserted: a stop that lands while
+    # rank 1 waits there counts as its wait too, so the two waits come out close and their
+    # order is the loaded machine's (once 0.02655 vs 0.02675 s). What the verdict rests on is:
+    # own work is data + compute + optimizer, without the wait, and scores follow from it.
+    r = after[1]
+    for i in (0, 1):
+        assert r["own_s"][i] == pytest.approx(r["data_s"][i] + r["compute_s"][i]
+                                              + r["optimizer_s"][i]), r
+    assert r["scores"][0] == 1.0 and r["scores"][1] < 1 / 1.2, r
     out = (tmp_path / "out.log").read_text()
     assert f"imbalance @ step {after[1]['step']}: slowest rank 1" in out
 
