@@ -230,7 +230,7 @@ MinMax = Annotated[tuple[int, int] | None, Parameter(
 #: ``--languages en,de``-like flags: the items, stripped, in the order given
 CommaList = Annotated[tuple[str, ...], Parameter(
     converter=_comma_tokens, n_tokens=1, accepts_keys=False, consume_multiple=False,
-    metavar="A,B,...")]
+    metavar="A,B,...", show_default=False)]  # the default, none, would show as "()"
 OptionalCommaList = Annotated[tuple[str, ...] | None, Parameter(
     converter=_comma_tokens, n_tokens=1, accepts_keys=False, consume_multiple=False,
     metavar="A,B,...")]
