@@ -115,7 +115,9 @@ def test_a_crafted_lease_is_blamed_and_a_waiting_writer_gets_through_within_the_
     lease = hold(loc, "replica 0", "run", ttl_s=TTL, wait=True, log=log)
     took = time.monotonic() - t0
     try:
-        assert took < TTL + 5, took  # the TTL counted from the first sight, plus one poll
+        # the TTL counted from the first sight, plus a poll and a loaded machine's margin: far
+        # from the 60 s (or the year 2100) the crafted leases claim
+        assert took < TTL + 20, took
         said = log.getvalue()
         assert "waiting for the writer lease" in said and "invalid lease" in said, said
         assert "storage unlock" in said and "took over an invalid lease" in said
