@@ -78,7 +78,9 @@ def test_sigstopped_rank_is_named_dumped_and_the_job_restarts_bitwise(
     else:
         assert phase in ("data", "step"), (reports, where)
     limit = TIMEOUT_IO if phase in IO_PHASES else TIMEOUT
-    assert float(idle) >= limit and detected_s < limit + 2 * TIMEOUT, (reports, where)
+    # the slack is a loaded machine's (a few s idle), yet below the I/O limit for a step: a
+    # step's hang judged by the I/O limit would still fail it
+    assert float(idle) >= limit and detected_s < limit + 4 * TIMEOUT, (reports, where)
     # The stopped rank's stack, dumped by its own sidecar once continued (SIGCONT only).
     assert "is stopped (SIGSTOP or a debugger)" in out, out[-4000:]
     assert "trainer: hang: stack of rank 1 (pid" in out, out[-4000:]

@@ -139,7 +139,9 @@ def test_a_stopped_worker_is_dropped_named_and_its_partitions_rerun(
     assert any(f"worker tcp://{a} " in warned[0] for a in addresses), (addresses, warned)
     print(warned[0])
     print(f"SIGSTOP run: {time.monotonic() - started:.1f} s in all, {took:.1f} s after the stop")
-    assert took < 90, took  # ~20-40 s to notice, plus the redo, on a loaded 2-core machine
+    # ~20-40 s to notice, plus the redo and the close (the dropped worker killed after 1 s):
+    # a stall bound with a loaded 2-core machine's margin, far below Dask's 5 min TTL
+    assert took < 140, took
     _assert_identical_local(out, reference)
 
 
