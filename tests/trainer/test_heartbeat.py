@@ -4,6 +4,7 @@ store: who is blamed for a hang, when, and what every rank does then."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -235,7 +236,13 @@ def test_a_stopped_rank_is_continued_and_dumps_its_own_stack_whole(tmp_path: Pat
     assert any("is stopped (SIGSTOP or a debugger)" in ln for ln in lines), lines
     text = err.read_text()
     assert f"trainer: hang: stack of rank 1 (pid {child.pid}):" in text, text
-    assert "in churn" in text and "in _asdict_inner" in text and "???" not in text, text
+    # the busy thread's stack, whole: from wherever the dump caught it (inside asdict's
+    # recursion most of the time, sometimes between two calls, in churn itself) down to the
+    # thread's bootstrap, with no frame unreadable
+    busy = [block for block in text.split("\n\n") if "in churn" in block]
+    assert len(busy) == 1 and "in _bootstrap_inner" in busy[0] and "???" not in text, text
+    frames = [ln for ln in busy[0].splitlines() if ln.startswith("  ")]
+    assert frames and all(re.fullmatch(r'  File ".+", line \d+ in \S+', ln) for ln in frames), text
     assert "in <module>" in text, text  # the main thread's frame, after the busy one's
 
 
