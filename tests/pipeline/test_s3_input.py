@@ -95,11 +95,13 @@ def _decoded(fs, root: str) -> tuple[Manifest, list[tuple[str, str]]]:  # noqa: 
 
 
 def _without_locations(m: Manifest) -> dict:
-    """The manifest minus what names where the inputs were: the globs and the quarantine
-    (whose records name their file by its full URL)."""
+    """The manifest minus what names where the inputs were: the globs, the quarantine (whose
+    records name their file by its full URL) and the lineage's hash of the input listing."""
     d = json.loads(m.to_json())
     d["config"].pop("inputs")
     d.pop("quarantine")
+    listing = d["lineage"]["inputs"]  # its hash covers the inputs' URLs (and versions)
+    assert len(listing.pop("sha256")) == 64, listing
     return d
 
 
