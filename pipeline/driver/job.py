@@ -83,7 +83,9 @@ from storage import (
     tokens,
 )
 from storage.format.index import indexed
+from storage.format.layout import drops_list_name
 from storage.io.degraded import describe as describe_degraded
+from storage.io.index_store import write_object_list
 from storage.io.replicas.leases import ReplicaLeases, hold_replicas
 
 
@@ -179,9 +181,6 @@ def build_manifest(cfg: PipelineConfig, tok: tokenizing.TokenizerSpec,
                                   "vocab_size": tok.vocab_size},
         inputs, code_version(),
         provenance.IN_COLUMN if metadata or sources else provenance.IN_DOC_ID)
-    # each partition's record of what its steps dropped, then of its duplicates
-    drops = tuple(d for i in sorted(set(ones.drops) | set(twos.drops))
-                  for d in (ones.drops.get(i), twos.drops.get(i)) if d is not None)
     return Manifest(
         tokenizer=TokenizerInfo(name=tok.name, path=tokenizer_name(tok.sha256), sha256=tok.sha256,
                                 vocab_size=tok.vocab_size, eos_id=tok.eos_id,
@@ -190,7 +189,7 @@ def build_manifest(cfg: PipelineConfig, tok: tokenizing.TokenizerSpec,
             tokens.token_dtype(tok.vocab_size),
             metadata, {"source": "string", **signals} if sources else signals),
         config=config, stats=stats,
-        quarantine=ones.quarantines(), lineage=record, drops=drops,
+        quarantine=ones.quarantines(), lineage=record,
     )
 
 
@@ -601,6 +600,11 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: ReplicaLeases, log: Text
     check_not_all_unreadable([ones.total()], store)  # never commit a dataset of unreadable inputs
 
     listed = build_manifest(cfg, tok, ones, twos, provenance.listing_sha256(files))
+    # each partition's record of what its steps dropped, then of its duplicates: named by one
+    # list the manifest names (put first, content-addressed), not inline in the manifest
+    drops = [d for i in sorted(set(ones.drops) | set(twos.drops))
+             for d in (ones.drops.get(i), twos.drops.get(i)) if d is not None]
+    listed = replace(listed, drops=write_object_list(store, drops, drops_list_name))
     # decontamination's report, put before the swap; its sha256 in stats.contamination
     listed = with_report(store, listed, build_report(cfg.recipe, ones.reports.merged()))
     energy = meter.record(listed.stats["tokens"])

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from pipeline.lineage import records
 from pipeline.output.signal_summary import _read_shard as read_shard
 from storage import Manifest, ReplicaSet, ShardInfo, tokens
-from storage.io.index_store import shards_of
+from storage.io.index_store import drop_records_of, shards_of
 
 
 @dataclass
@@ -96,7 +96,7 @@ def shard_of_partition(store: ReplicaSet, manifest: Manifest, part: int) -> Shar
 
 def dups_of(store: ReplicaSet, manifest: Manifest, part: int) -> list[dict[str, Any]]:
     """Partition ``part``'s duplicates record (``[]``: none)."""
-    for obj in manifest.drops:
+    for obj in drop_records_of(store, manifest):
         if records.partition_of(obj.path) == part and records.kind_of(obj.path) == records.DUPS:
             return list(records.decode(store.get(obj.path, sha256=obj.sha256)))
     return []

@@ -16,6 +16,7 @@ from typing import Any
 from pipeline.lineage import provenance, records
 from pipeline.lineage.locate import Found, find_kept, kept_at
 from storage import Manifest, ReplicaSet
+from storage.io.index_store import drop_records_of
 
 
 class TraceError(ValueError):
@@ -96,7 +97,7 @@ def _step(manifest: Manifest, name: str) -> dict[str, Any]:
 
 
 def _dropped(store: ReplicaSet, manifest: Manifest, source: str) -> dict[str, Any] | None:
-    for obj in manifest.drops:
+    for obj in drop_records_of(store, manifest):
         for line in records.decode(store.get(obj.path, sha256=obj.sha256)):
             if line.get("s") != source:
                 continue

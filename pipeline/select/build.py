@@ -316,7 +316,7 @@ def select(src: ReplicaSet, where: str, dst: ReplicaSet, *, log: TextIO | None =
     # the source's lineage says how its documents were made, and stays; its drop records and
     # reports are objects of the source's folder, not the view's
     manifest = dataclasses.replace(
-        m, index=ref, quarantine=(), drops=(), reports=(), stats=stats, view=view,
+        m, index=ref, quarantine=(), drops=None, reports=(), stats=stats, view=view,
         totals=Totals(counts.shards, counts.row_groups, int(kept_rows.sum()),
                       int(kept_tokens.sum()), counts.bytes))
     lease = hold_replicas(dst, "select")

@@ -64,7 +64,7 @@ from storage.format.layout import (
 )
 from storage.format.manifest import Manifest, ManifestError
 from storage.io import multipart
-from storage.io.index_store import shard_paths_of
+from storage.io.index_store import drop_records_of, shard_paths_of
 from storage.io.listing import list_tree, mtime_of
 from storage.io.replicas.replica_set import Replica, ReplicaSet
 
@@ -192,6 +192,13 @@ def _parse(data: bytes, source: str) -> Manifest:
 def _names(store: ReplicaSet, manifest: Manifest, source: str) -> set[str]:
     """Every object path a version uses: what its manifest names, and (v2) its index's shards."""
     names = {path for path, _size, _sha in manifest.objects()} | {manifest.tokenizer.path}
+    try:
+        names |= {o.path for o in drop_records_of(store, manifest)}
+    except (OSError, ValueError) as exc:
+        listed = manifest.drops.path if manifest.drops is not None else "?"
+        raise GcError(f"{source}: its list of drop records {listed} cannot be read "
+                      f"({type(exc).__name__}: {exc})"[:500] + "; gc cannot tell which "
+                      "records it names, so it removes nothing") from None
     if manifest.index is not None:
         try:
             names |= set(shard_paths_of(store, manifest))

@@ -84,6 +84,12 @@ def masks_name(sha256: str) -> str:
     return f"{MASKS_DIR}/{_tag(sha256)}.sfmask"
 
 
+def drops_list_name(sha256: str) -> str:
+    """The list of a version's per-partition drop records (``storage.format.object_list``),
+    content-addressed, beside the records in ``lineage/``."""
+    return f"{LINEAGE_DIR}/drops-{_tag(sha256)}.jsonl"
+
+
 def contamination_name(sha256: str) -> str:
     """A version's decontamination report, content-addressed: a rerun with other eval sets
     writes another name, so every kept version keeps the report it was made with."""

@@ -205,9 +205,11 @@ class Manifest:
     #: options and their ``config_sha256``, the tokenizer, the inputs' listing hash, the code
     #: version; ``{}`` (absent from the JSON) in manifests written before it
     lineage: dict[str, Any] = field(default_factory=dict)
-    #: each partition's record of the documents the run left out (``pipeline.lineage``),
-    #: named like the quarantine; ``()`` (absent from the JSON) before lineage existed
-    drops: tuple[ObjectInfo, ...] = ()
+    #: the list of each partition's record of the documents the run left out
+    #: (``pipeline.lineage``): one object, ``lineage/drops-<sha16>.jsonl``
+    #: (``storage.format.object_list``), so a run of a million partitions keeps a small
+    #: manifest; ``None`` (absent from the JSON) when nothing was left out or before lineage
+    drops: ObjectInfo | None = None
     #: reports the run wrote about this version (its decontamination report,
     #: ``contamination/<sha16>.json``), verified, repaired and kept by gc like every object it
     #: names; ``()`` (absent from the JSON) in manifests written before them
@@ -250,8 +252,9 @@ class Manifest:
     def objects(self) -> list[tuple[str, int, str]]:
         """The objects this manifest names itself: ``(path, bytes, sha256)``, manifest aside.
 
-        For v2 that is the index object, the tokenizer and the quarantine; the shards are
-        named by the index (``storage.io.index_store.objects_of`` lists them all, for either
+        For v2 that is the index object, the tokenizer, the quarantine, the reports and the
+        drop records' list; the shards are named by the index and the drop records by their
+        list (``storage.io.index_store.objects_of`` lists them all, for either
         format). A view's own objects are its index and keep-masks: its tokenizer and shards
         are its source's (:meth:`source_objects`).
         """
@@ -265,7 +268,8 @@ class Manifest:
         if self.tokenizer.bytes:
             out.append((self.tokenizer.path, self.tokenizer.bytes, self.tokenizer.sha256))
         out += [(q.path, q.bytes, q.sha256) for q in self.quarantine]
-        out += [(d.path, d.bytes, d.sha256) for d in self.drops]
+        if self.drops is not None:  # the list; the records it names: ``objects_of``
+            out.append((self.drops.path, self.drops.bytes, self.drops.sha256))
         out += [(r.path, r.bytes, r.sha256) for r in self.reports]
         return out
 
@@ -366,7 +370,7 @@ class Manifest:
             totals=totals,
             view=ViewRef.from_dict(f.child("view")) if "view" in f.value else None,
             lineage=f.mapping("lineage", {}),
-            drops=tuple(ObjectInfo.from_dict(o) for o in f.objects("drops", [])),
+            drops=ObjectInfo.from_dict(f.child("drops")) if "drops" in f.value else None,
             reports=tuple(ObjectInfo.from_dict(o) for o in f.objects("reports", [])),
         )
         for i, shard in enumerate(manifest.shards):

@@ -31,7 +31,8 @@ from storage.format.index import (
     read_index,
     shard_paths,
 )
-from storage.format.manifest import IndexRef, Manifest, ShardInfo
+from storage.format.manifest import IndexRef, Manifest, ObjectInfo, ShardInfo
+from storage.format.object_list import encode_objects, parse_objects
 from storage.io.replicas.replica_set import ChecksumMismatchError, ReplicaSet
 
 #: an index up to this size is fetched (and cached) whole, in one GET; a larger one column by
@@ -160,12 +161,35 @@ def _index_shards(store: ReplicaSet | str, manifest: Manifest, ref: IndexRef) ->
     return shards
 
 
+def write_object_list(store: ReplicaSet, objects: Sequence[ObjectInfo],
+                      name: Callable[[str], str]) -> ObjectInfo | None:
+    """Put the list of ``objects`` (:mod:`storage.format.object_list`) under ``name(its
+    sha256)`` and return what a manifest names it by (``None``, nothing put: no objects)."""
+    if not objects:
+        return None
+    data = encode_objects(objects)
+    sha = hashlib.sha256(data).hexdigest()
+    info = ObjectInfo(name(sha), len(data), sha)
+    store.put(info.path, data)
+    return info
+
+
+def drop_records_of(store: ReplicaSet | str, manifest: Manifest) -> tuple[ObjectInfo, ...]:
+    """The drop records a version's list names (``()``: none), the list read verified."""
+    if manifest.drops is None:
+        return ()
+    ref = manifest.drops
+    return parse_objects(as_store(store).get(ref.path, sha256=ref.sha256), ref.path)
+
+
 def objects_of(store: ReplicaSet | str, manifest: Manifest) -> list[tuple[str, int, str]]:
     """Every object a version consists of, ``(path, bytes, sha256)``, manifest aside: what the
-    manifest names (for v2: the index, the tokenizer, the quarantine) and the shards."""
+    manifest names (for v2: the index, the tokenizer, the quarantine, the reports and the drop
+    records' list), the shards and the drop records."""
     out = manifest.objects()
     if manifest.index is not None and manifest.view is None:  # a view's shards: its source's
         out += _index_shards(store, manifest, manifest.index).objects()
+    out += [(o.path, o.bytes, o.sha256) for o in drop_records_of(store, manifest)]
     return out
 
 

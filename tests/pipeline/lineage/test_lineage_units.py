@@ -4,12 +4,14 @@ the keepers dedup now hands phase 2."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import subprocess
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from pipeline.dedup import ENTRY, KIND_EXACT, resolve
 from pipeline.dedup.components import leaf_centres, leaves
@@ -76,21 +78,40 @@ def _manifest_dict() -> dict:
 def test_a_manifest_without_lineage_loads_and_keeps_its_bytes() -> None:
     old = json.dumps(_manifest_dict(), sort_keys=True, indent=1) + "\n"
     m = Manifest.from_json(old)
-    assert m.lineage == {} and m.drops == ()
+    assert m.lineage == {} and m.drops is None
     again = m.to_json()
     assert "lineage" not in json.loads(again) and "drops" not in json.loads(again)
     assert Manifest.from_json(again).to_json() == again
 
 
-def test_a_manifest_s_lineage_and_drop_records_round_trip_and_are_its_objects() -> None:
-    drop = {"path": "lineage/part-00000-dups-" + "3" * 16 + ".jsonl.gz", "bytes": 9,
-            "sha256": "3" * 64}
-    d = _manifest_dict() | {"lineage": {"source": "doc_id", "steps": []}, "drops": [drop]}
+def test_a_manifest_s_lineage_and_drop_records_round_trip_and_are_its_objects(
+        tmp_path: Path) -> None:
+    """The manifest names one list of the drop records (a million partitions' records would
+    make it tens of MB); the records are the version's objects through that list."""
+    from storage import ReplicaSet, objects_of
+    from storage.format.layout import drops_list_name
+    from storage.io.index_store import drop_records_of, write_object_list
+
+    records = [ObjectInfo(f"lineage/part-{i:05d}-dups-" + f"{i:016x}" + ".jsonl.gz", 9 + i,
+                          f"{i:064x}") for i in range(3)]
+    store = ReplicaSet.from_urls([str(tmp_path)])
+    listed = write_object_list(store, records, drops_list_name)
+    assert listed is not None and listed.path.startswith("lineage/drops-")
+    assert write_object_list(store, [], drops_list_name) is None
+    d = _manifest_dict() | {"lineage": {"source": "doc_id", "steps": []},
+                            "drops": {"path": listed.path, "bytes": listed.bytes,
+                                      "sha256": listed.sha256}}
     m = Manifest.from_json(json.dumps(d))
-    assert m.drops == (ObjectInfo(drop["path"], 9, "3" * 64),)
-    assert m.lineage["source"] == "doc_id"
-    assert (drop["path"], 9, "3" * 64) in m.objects()
-    assert json.loads(m.to_json())["drops"] == [drop]
+    assert m.drops == listed and m.lineage["source"] == "doc_id"
+    assert (listed.path, listed.bytes, listed.sha256) in m.objects()
+    assert drop_records_of(store, m) == tuple(records)
+    everything = objects_of(store, dataclasses.replace(m, index=None, totals=None,
+                                                        format="shardflow.dataset/1"))
+    assert all((r.path, r.bytes, r.sha256) in everything for r in records)
+    assert json.loads(m.to_json())["drops"] == d["drops"]
+    (tmp_path / listed.path).write_bytes(b"{}\n")  # damaged: a verified read refuses it
+    with pytest.raises(Exception, match="sha256|checksum|Checksum"):
+        drop_records_of(store, m)
 
 
 def test_resolve_names_the_document_each_duplicate_duplicates() -> None:

@@ -122,10 +122,23 @@ def test_unsafe_path_error_names_the_file_and_field(tmp_path: Path) -> None:
 def test_a_report_or_drop_record_outside_the_dataset_is_refused(tmp_path: Path,
                                                                  field: str) -> None:
     d = json.loads(_manifest().to_json())
-    d[field] = [{"path": "../../etc/passwd", "bytes": 1, "sha256": "0" * 64}]
+    hostile = {"path": "../../etc/passwd", "bytes": 1, "sha256": "0" * 64}
+    d[field] = hostile if field == "drops" else [hostile]  # drops: the one list's object
     (tmp_path / "manifest.json").write_text(json.dumps(d))
-    with pytest.raises(UnsafePathError, match=rf"manifest.json: {field}\[0\]\.path"):
+    where = r"drops\.path" if field == "drops" else rf"{field}\[0\]\.path"
+    with pytest.raises(UnsafePathError, match=rf"manifest.json: {where}"):
         read_manifest(str(tmp_path))
+
+
+@pytest.mark.parametrize("line", [b'{"path": "../x", "bytes": 1, "sha256": "%s"}' % (b"0" * 64),
+                                  b"not json", b'{"path": "lineage/a", "bytes": "1"}', b"\xff"])
+def test_a_hostile_object_list_is_refused_naming_its_line(line: bytes) -> None:
+    from storage.format.object_list import parse_objects
+
+    good = b'{"path": "lineage/a", "bytes": 1, "sha256": "%s"}' % (b"0" * 64)
+    with pytest.raises(ValueError, match=r"lineage/drops-x\.jsonl"):
+        parse_objects(good + b"\n" + line + b"\n", "lineage/drops-x.jsonl")
+    assert len(parse_objects(good + b"\n", "lineage/drops-x.jsonl")) == 1
 
 
 def test_reports_are_objects_of_the_version_and_absent_when_none() -> None:
