@@ -12,6 +12,7 @@ duplicates record.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,8 +20,8 @@ import numpy as np
 import pyarrow.compute as pc
 
 from pipeline.lineage import records
-from pipeline.output.signal_summary import _read_shard as read_shard
-from storage import Manifest, ReplicaSet, ShardInfo, tokens
+from pipeline.output.signal_summary import read_shard
+from storage import Manifest, ObjectInfo, ReplicaSet, ShardInfo, tokens
 from storage.io.index_store import drop_records_of, shards_of
 
 
@@ -94,9 +95,11 @@ def shard_of_partition(store: ReplicaSet, manifest: Manifest, part: int) -> Shar
     return None
 
 
-def dups_of(store: ReplicaSet, manifest: Manifest, part: int) -> list[dict[str, Any]]:
-    """Partition ``part``'s duplicates record (``[]``: none)."""
-    for obj in drop_records_of(store, manifest):
+def dups_of(store: ReplicaSet, drops: Sequence[ObjectInfo], part: int) -> list[dict[str, Any]]:
+    """Partition ``part``'s duplicates record among a version's drop records ``drops`` (its
+    list, read once by the caller: :func:`storage.io.index_store.drop_records_of`); ``[]``:
+    none."""
+    for obj in drops:
         if records.partition_of(obj.path) == part and records.kind_of(obj.path) == records.DUPS:
             return list(records.decode(store.get(obj.path, sha256=obj.sha256)))
     return []
@@ -106,11 +109,15 @@ def dups_of(store: ReplicaSet, manifest: Manifest, part: int) -> list[dict[str, 
 MAX_CHAIN = 64
 
 
-def kept_at(store: ReplicaSet, manifest: Manifest, part: int, pos: int) -> Found | None:
+def kept_at(store: ReplicaSet, manifest: Manifest, part: int, pos: int,
+            drops: Sequence[ObjectInfo] | None = None) -> Found | None:
     """The kept document at phase-1 place ``(part, pos)``, following the chain when that
-    document was itself dropped as a duplicate (exact copies of a near-duplicate)."""
+    document was itself dropped as a duplicate (exact copies of a near-duplicate); ``drops``:
+    the version's drop records when the caller has read their list already."""
+    if drops is None:
+        drops = drop_records_of(store, manifest)
     for _ in range(MAX_CHAIN):
-        dups = dups_of(store, manifest, part)
+        dups = dups_of(store, drops, part)
         before = sum(1 for d in dups if d["p"] < pos)
         same = next((d for d in dups if d["p"] == pos), None)
         if same is not None:

@@ -97,7 +97,8 @@ def _step(manifest: Manifest, name: str) -> dict[str, Any]:
 
 
 def _dropped(store: ReplicaSet, manifest: Manifest, source: str) -> dict[str, Any] | None:
-    for obj in drop_records_of(store, manifest):
+    drops = drop_records_of(store, manifest)  # the list read once, for the chain below too
+    for obj in drops:
         for line in records.decode(store.get(obj.path, sha256=obj.sha256)):
             if line.get("s") != source:
                 continue
@@ -105,7 +106,7 @@ def _dropped(store: ReplicaSet, manifest: Manifest, source: str) -> dict[str, An
                 return {"status": "dropped", "step": _step(manifest, line["t"]),
                         "reason": line["r"], "record": obj.path}
             part, pos = line["k"]
-            keeper = kept_at(store, manifest, part, pos)
+            keeper = kept_at(store, manifest, part, pos, drops)
             return {"status": line["r"], "record": obj.path,
                     "of": None if keeper is None else _document(manifest, keeper)}
     return None

@@ -354,7 +354,7 @@ def read_columns(store: ReplicaSet, manifest: Manifest, types: Mapping[str, pa.D
     parts: dict[str, list[pa.Array]] = {c: [] for c in names}
 
     def read(job: tuple[ShardInfo, list[tuple[int, int, Any]]]) -> list[pa.Table]:
-        tables = _read_shard(data, job[0], job[1], reads)
+        tables = read_shard(data, job[0], job[1], reads)
         return [convert(t) if convert is not None else t for t in tables]
 
     with ThreadPoolExecutor(max(1, min(threads, len(jobs)))) as pool:
@@ -384,11 +384,12 @@ def _column(table: pa.Table, name: str, kind: pa.DataType) -> pa.ChunkedArray:
     return col if col.type == kind else col.cast(kind)
 
 
-def _read_shard(store: ReplicaSet, shard: ShardInfo, groups: list[tuple[int, int, Any]],
-                names: list[str]) -> Iterator[pa.Table]:
+def read_shard(store: ReplicaSet, shard: ShardInfo, groups: list[tuple[int, int, Any]],
+               names: list[str]) -> Iterator[pa.Table]:
     """``(group, rows, mask)`` of one shard: the first ``rows`` of each group's ``names``
     columns (those the shard has), of the documents ``mask`` keeps (a view's; ``None``:
-    all)."""
+    all). Public because ``pipeline trace`` finds documents with it too (by their id
+    columns: :mod:`pipeline.lineage.locate`)."""
     if not (shard.footer_length and shard.footer_sha256):  # no footer recorded: the whole shard
         whole = pq.ParquetFile(io.BytesIO(store.get(shard.path, sha256=shard.sha256)))
         have = [c for c in names if c in whole.schema_arrow.names]
