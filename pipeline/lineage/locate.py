@@ -101,7 +101,7 @@ def dups_of(store: ReplicaSet, drops: Sequence[ObjectInfo], part: int) -> list[d
     none."""
     for obj in drops:
         if records.partition_of(obj.path) == part and records.kind_of(obj.path) == records.DUPS:
-            return list(records.decode(store.get(obj.path, sha256=obj.sha256)))
+            return list(records.decode(store.get(obj.path, sha256=obj.sha256), obj.path))
     return []
 
 

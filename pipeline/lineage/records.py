@@ -16,6 +16,7 @@ compress ~10x.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -39,11 +40,30 @@ def encode(lines: Iterable[dict[str, Any]]) -> bytes:
     return gzip.compress(body.encode("utf-8"), compresslevel=6, mtime=0)
 
 
-def decode(data: bytes) -> Iterator[dict[str, Any]]:
-    """The lines of a record (:func:`encode`'s inverse)."""
-    for line in gzip.decompress(data).decode("utf-8").splitlines():
+#: the most a record may hold decompressed: a partition of a few million documents' lines,
+#: with room; a record is named by a manifest, input from outside, and gzip can be a bomb
+MAX_RECORD_BYTES = 1 << 30
+
+
+def decode(data: bytes, name: str = "drop record") -> Iterator[dict[str, Any]]:
+    """The lines of a record (:func:`encode`'s inverse), decompressed to a bound; a record
+    that is no gzip of JSON lines, or holds more than :data:`MAX_RECORD_BYTES`, is a
+    ``ValueError`` naming ``name``."""
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
+            body = f.read(MAX_RECORD_BYTES + 1)
+        if len(body) > MAX_RECORD_BYTES:
+            raise ValueError(f"{name}: more than {MAX_RECORD_BYTES:,} bytes decompressed")
+        text = body.decode("utf-8")
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{name}: not a gzip of UTF-8 JSON lines ({type(exc).__name__})"
+                         ) from None
+    for n, line in enumerate(text.splitlines(), 1):
         if line:
-            yield json.loads(line)
+            try:
+                yield json.loads(line)
+            except ValueError:
+                raise ValueError(f"{name} line {n}: not JSON") from None
 
 
 def put_record(store: ReplicaSet, index: int, kind: str,

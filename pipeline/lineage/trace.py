@@ -99,7 +99,7 @@ def _step(manifest: Manifest, name: str) -> dict[str, Any]:
 def _dropped(store: ReplicaSet, manifest: Manifest, source: str) -> dict[str, Any] | None:
     drops = drop_records_of(store, manifest)  # the list read once, for the chain below too
     for obj in drops:
-        for line in records.decode(store.get(obj.path, sha256=obj.sha256)):
+        for line in records.decode(store.get(obj.path, sha256=obj.sha256), obj.path):
             if line.get("s") != source:
                 continue
             if records.kind_of(obj.path) == records.STEPS:

@@ -75,6 +75,20 @@ def _manifest_dict() -> dict:
             "config": {}, "stats": {}, "quarantine": []}
 
 
+@pytest.mark.parametrize("data", [b"not gzip", gzip.compress(b"{}\nnot json\n"),
+                                  gzip.compress(b"\xff\xfe")])
+def test_a_hostile_drop_record_is_one_error_naming_it(data: bytes) -> None:
+    with pytest.raises(ValueError, match="lineage/part-00001-steps-x"):
+        list(records.decode(data, "lineage/part-00001-steps-x"))
+
+
+def test_a_drop_record_that_decompresses_past_the_bound_is_refused(monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr(records, "MAX_RECORD_BYTES", 1000)
+    bomb = gzip.compress(b"\n" * 10_000)  # ~50 bytes that would be 10 KB
+    with pytest.raises(ValueError, match="more than 1,000 bytes"):
+        list(records.decode(bomb, "r"))
+
+
 def test_a_manifest_without_lineage_loads_and_keeps_its_bytes() -> None:
     old = json.dumps(_manifest_dict(), sort_keys=True, indent=1) + "\n"
     m = Manifest.from_json(old)
