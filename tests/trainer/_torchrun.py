@@ -29,6 +29,21 @@ MODEL = ["--layers", "1", "--width", "32", "--heads", "2", "--seq-len", str(SEQ)
          "--device", "cpu", "--lr", "3e-3", "--warmup-steps", "2", "--log-every", "4"]
 
 
+#: one thread per process: two ranks and the test runner share two cores
+TRAINER_ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def run_trainer(argv: list[str], nproc: int | None = None,
+                timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """``python -m trainer argv`` (under torchrun with ``nproc`` processes when given), which
+    must succeed: its output's tail is the failure message otherwise."""
+    launcher = [*torchrun(nproc, free_port())] if nproc else [sys.executable]
+    proc = subprocess.run([*launcher, "-m", "trainer", *argv], cwd=REPO, env=TRAINER_ENV,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

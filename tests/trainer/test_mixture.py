@@ -7,21 +7,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from tests.trainer._torchrun import free_port, torchrun
+from tests.trainer._torchrun import run_trainer
 from trainer.config import ConfigError
 from trainer.metrics import read_jsonl
 from trainer.mixture import MixtureFileError, MixtureMeter, read_mixture_file
 
-REPO = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 MODEL = ["--layers", "1", "--width", "32", "--heads", "2", "--seq-len", "32", "--device",
          "cpu", "--global-batch-size", "8", "--warmup-steps", "1", "--lr", "3e-3"]
 
@@ -212,14 +208,6 @@ def test_the_plot_draws_shares_beside_the_imbalance_panel(tmp_path: Path) -> Non
 RAMP_END, STEPS = 16, 40  # the tiny mixture's epoch is 33 steps: the run crosses one
 
 
-def _trainer(argv: list[str], nproc: int | None = None) -> subprocess.CompletedProcess[str]:
-    launcher = [*torchrun(nproc, free_port())] if nproc else [sys.executable]
-    proc = subprocess.run([*launcher, "-m", "trainer", *argv], cwd=REPO, env=ENV,
-                          capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc
-
-
 @pytest.fixture(scope="module")
 def mixture_file(tiny_vocab_dataset: str, tmp_path_factory: pytest.TempPathFactory) -> str:
     root = tmp_path_factory.mktemp("mixture")
@@ -231,7 +219,7 @@ def mixture_file(tiny_vocab_dataset: str, tmp_path_factory: pytest.TempPathFacto
 def straight(mixture_file: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One uninterrupted single-process run over the ramp, a record every 4 steps."""
     run_dir = tmp_path_factory.mktemp("straight")
-    _trainer(["--mixture", mixture_file, "--steps", str(STEPS), "--log-every", "4",
+    run_trainer(["--mixture", mixture_file, "--steps", str(STEPS), "--log-every", "4",
               "--run-dir", str(run_dir), "--deterministic", *MODEL])
     return run_dir
 
@@ -266,8 +254,8 @@ def test_a_resume_mid_ramp_on_another_world_size_trains_the_same_batches(
     common = ["--mixture", mixture_file, "--log-every", "4", "--run-dir", str(run_dir),
               "--checkpoint-dir", str(ck), "--checkpoint-every", "8", "--deterministic",
               *MODEL]
-    _trainer([*common, "--steps", "8"], nproc=2)
-    proc = _trainer([*common, "--steps", str(STEPS)])
+    run_trainer([*common, "--steps", "8"], nproc=2)
+    proc = run_trainer([*common, "--steps", str(STEPS)])
     assert "resumed from" in proc.stdout and "at step 8" in proc.stdout
 
     def by_step(path: Path) -> dict[int, list[int]]:

@@ -4,9 +4,6 @@ the samples of an uninterrupted run."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,23 +11,13 @@ import pytest
 from pipeline.select.build import select
 from storage import ReplicaSet
 from tests.pipeline.select import web_views
-from tests.trainer._torchrun import free_port, torchrun
+from tests.trainer._torchrun import run_trainer
 from trainer.metrics import read_jsonl
 
-REPO = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 MODEL = ["--layers", "1", "--width", "16", "--heads", "2", "--seq-len", "32", "--device",
          "cpu", "--global-batch-size", "8", "--warmup-steps", "1", "--lr", "3e-3",
          "--log-every", "4", "--deterministic"]
 STEPS, CHECKPOINT = 8, 4
-
-
-def _trainer(argv: list[str], nproc: int | None = None) -> subprocess.CompletedProcess[str]:
-    launcher = [*torchrun(nproc, free_port())] if nproc else [sys.executable]
-    proc = subprocess.run([*launcher, "-m", "trainer", *argv], cwd=REPO, env=ENV,
-                          capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc
 
 
 @pytest.fixture(scope="module")
@@ -49,14 +36,14 @@ def _by_step(path: Path) -> dict[int, list[int]]:
 def test_a_view_trains_and_resumes_on_another_world_size_on_the_same_batches(
         view: str, tmp_path: Path) -> None:
     straight = tmp_path / "straight"
-    _trainer(["--data", view, "--steps", str(STEPS), "--run-dir", str(straight), *MODEL])
+    run_trainer(["--data", view, "--steps", str(STEPS), "--run-dir", str(straight), *MODEL])
     want = _by_step(straight / "rank0_samples.jsonl")
     assert sorted(want) == list(range(1, STEPS + 1))
     run_dir, ck = tmp_path / "run", tmp_path / "ck"
     common = ["--data", view, "--run-dir", str(run_dir), "--checkpoint-dir", str(ck),
               "--checkpoint-every", str(CHECKPOINT), *MODEL]
-    _trainer([*common, "--steps", str(CHECKPOINT)], nproc=2)
-    proc = _trainer([*common, "--steps", str(STEPS)])
+    run_trainer([*common, "--steps", str(CHECKPOINT)], nproc=2)
+    proc = run_trainer([*common, "--steps", str(STEPS)])
     assert f"at step {CHECKPOINT}" in proc.stdout
     r0, r1 = _by_step(run_dir / "rank0_samples.jsonl"), _by_step(run_dir / "rank1_samples.jsonl")
     assert sorted(r1) == list(range(1, CHECKPOINT + 1))
