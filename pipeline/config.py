@@ -36,13 +36,16 @@ from infra.config import (  # noqa: F401
     min_max,
 )
 from pipeline.config_field import NOT_A_FLAG, flag
+from pipeline.dedup import signals as dedup_signals
 from pipeline.dedup.flags import DedupFlags
 from pipeline.driver.carbon import CarbonFlags
+from pipeline.output import cluster
 from pipeline.output.shards import DEFAULT_CODEC, ShardFlags
 from pipeline.planning.plan import PACK_MAX_FILES
 from pipeline.readers import DEFAULT_MAX_RECORD_BYTES, ReadOptions
 from pipeline.steps.checks import resolved
 from pipeline.steps.cleaning import CleaningFlags
+from pipeline.steps.columns import META_COLUMNS
 from pipeline.steps.decontaminate import DecontaminateFlags
 from pipeline.steps.recipe import Recipe, RecipeFlags, parse_recipe_json
 from pipeline.steps.registry import pinned
@@ -189,6 +192,9 @@ class PipelineConfig(CarbonFlags, OutputFlags, ExecutionFlags, ShardFlags, Token
                     check(self)
         self.web_config  # noqa: B018 - validates --filters and --filter-options
         self.recipe  # noqa: B018 - validates --annotate, --steps and their mix with flags
+        if self.cluster_by:  # a column the shards can have (exactly: once phase 1 has run)
+            cluster.check_name(self.cluster_by, self.recipe.names(),
+                               [*META_COLUMNS, *dedup_signals.names(True, True)])
 
     @property
     def n_workers(self) -> int:
@@ -209,6 +215,8 @@ class PipelineConfig(CarbonFlags, OutputFlags, ExecutionFlags, ShardFlags, Token
             out["shard_compression"] = self.shard_compression
         if self.files_per_partition != PACK_MAX_FILES:  # the same: a rerun of files too big
             out["files_per_partition"] = self.files_per_partition  # to pack finds its work
+        if self.cluster_by:  # the same: shards ordered by a column
+            out["cluster_by"] = self.cluster_by
         if self.dedup_signals:  # the same: shards with dedup's columns
             out["dedup_signals"] = True
         out["steps"] = resolved(self.recipe)  # each step with its version: a changed step

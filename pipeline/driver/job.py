@@ -52,6 +52,7 @@ from pipeline.driver.window import TaskWindow
 from pipeline.driver.worker_checks import check_not_all_unreadable, probe_inputs, watch
 from pipeline.lineage import provenance
 from pipeline.lineage.code_version import code_version
+from pipeline.output import cluster
 from pipeline.output.contamination import build_report, with_report
 from pipeline.output.shard_table import ShardTable
 from pipeline.output.shards import schema_description
@@ -60,6 +61,7 @@ from pipeline.planning.filetable import FORMAT_CODES, FileTable
 from pipeline.planning.plan import PartitionPlan, auto_partition_bytes, task_groups
 from pipeline.records import StrictModeError
 from pipeline.steps.checks import check_on_workers
+from pipeline.steps.columns import META_COLUMNS
 from pipeline.tasks import tokenizing, work
 from pipeline.tasks.record_steps import RecordLimits
 from pipeline.tasks.stages import (
@@ -404,9 +406,11 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
     if dedup and len(todo2):  # duplicates are known only once every partition's keys are
         drops = _dedup(client, cfg, store, n, keys, rkey, ones.rows, tag, opts, window,
                        bool(signals))
-    # Re-encoded without their duplicates (or with dedup signals), one task each; the others
-    # are linked or copied, several to a task.
-    dropping = (np.ones(len(todo2), dtype=bool) if signals else
+    if cfg.cluster_by:  # the column, now that the steps' signals are known
+        cluster.check_signal(cfg.cluster_by, ones.signals, _fixed_columns(cfg, signals))
+    # Re-encoded without their duplicates (or with dedup signals, or ordered by a column), one
+    # task each; the others are linked or copied, several to a task.
+    dropping = (np.ones(len(todo2), dtype=bool) if signals or cfg.cluster_by else
                 np.isin(todo2, np.fromiter(drops, dtype=np.int64, count=len(drops))))
     kept = todo2[~dropping]
 
@@ -421,7 +425,8 @@ def _execute(client: Client, cfg: PipelineConfig, store: ReplicaSet,
         if kind == "one":
             return client.submit(_phase_two_at, keys[what], rkey, store,
                                  cfg.row_group_tokens, tok.vocab_size, drops.get(what),
-                                 signals, key=f"phase2-{what:05d}-{tag}", **opts)
+                                 signals, cfg.cluster_by, key=f"phase2-{what:05d}-{tag}",
+                                 **opts)
         return client.submit(_phase_two_each_at, [keys[i] for i in what], rkey, store,
                              cfg.row_group_tokens, tok.vocab_size,
                              key=f"phase2-{what[0]:05d}-{what[-1]:05d}-{tag}",
@@ -484,12 +489,22 @@ class _Counts(Sequence[int]):
 
 
 def _phase_two_at(key: str, run_key: str, store: ReplicaSet, row_group_tokens: int,
-                  vocab_size: int, drop: Any = None,
-                  signals: tuple[str, ...] = ()) -> work.PhaseTwo:
+                  vocab_size: int, drop: Any = None, signals: tuple[str, ...] = (),
+                  cluster_by: str = "") -> work.PhaseTwo:
     """Phase 2 of the partition whose phase 1 left its marker under ``key`` (read here, on
     the worker: the driver keeps no per-partition result, :class:`work.PhaseOneResults`)."""
     return phase_two(work.load_one(store, key), run_key, store, row_group_tokens, vocab_size,
-                     drop, signals)
+                     drop, signals, cluster_by)
+
+
+def _fixed_columns(cfg: PipelineConfig, dedup_columns: Sequence[str]) -> list[str]:
+    """The columns a run's shards have besides the steps' signals: the web metadata (with
+    web inputs or a language filter), ``source`` (with ``--id-field``), dedup's."""
+    web = cfg.web_config
+    out = list(META_COLUMNS) if web is not None and web.metadata else []
+    if cfg.read_options.id_field is not None and not out:
+        out.append("source")
+    return [*out, *dedup_columns]
 
 
 def _phase_two_each_at(keys: list[str], run_key: str, store: ReplicaSet,

@@ -7,7 +7,8 @@ ids), never the tokens but the found row group's. A duplicate's record names the
 duplicates by its phase-1 place ``[partition, row]``; the kept document there is the
 partition's shard's row ``row - (duplicates of that partition before it)`` (phase 2 drops
 rows, the steps drop documents before they get a row), read from that partition's
-duplicates record.
+duplicates record, which also says where that row went when the shard was ordered by a
+column (``--cluster-by``).
 """
 
 from __future__ import annotations
@@ -95,14 +96,20 @@ def shard_of_partition(store: ReplicaSet, manifest: Manifest, part: int) -> Shar
     return None
 
 
-def dups_of(store: ReplicaSet, drops: Sequence[ObjectInfo], part: int) -> list[dict[str, Any]]:
+def dups_record(store: ReplicaSet, drops: Sequence[ObjectInfo], part: int
+                ) -> tuple[list[dict[str, Any]], np.ndarray | None]:
     """Partition ``part``'s duplicates record among a version's drop records ``drops`` (its
-    list, read once by the caller: :func:`storage.io.index_store.drop_records_of`); ``[]``:
-    none."""
+    list, read once by the caller: :func:`storage.io.index_store.drop_records_of`): its
+    duplicates (``[]``: none), and where a clustered shard put phase 1's kept rows (``None``:
+    in their order; :func:`pipeline.lineage.records.order_line`)."""
     for obj in drops:
         if records.partition_of(obj.path) == part and records.kind_of(obj.path) == records.DUPS:
-            return list(records.decode(store.get(obj.path, sha256=obj.sha256), obj.path))
-    return []
+            lines = list(records.decode(store.get(obj.path, sha256=obj.sha256), obj.path))
+            order = next((line["order"] for line in lines if "order" in line), None)
+            return ([line for line in lines if "order" not in line],
+                    None if order is None else np.asarray(order, dtype=np.int64))
+    return [], None
+
 
 
 #: the most duplicates a chain of "duplicate of" may pass through before it is a loop
@@ -117,7 +124,7 @@ def kept_at(store: ReplicaSet, manifest: Manifest, part: int, pos: int,
     if drops is None:
         drops = drop_records_of(store, manifest)
     for _ in range(MAX_CHAIN):
-        dups = dups_of(store, drops, part)
+        dups, order = dups_record(store, drops, part)
         before = sum(1 for d in dups if d["p"] < pos)
         same = next((d for d in dups if d["p"] == pos), None)
         if same is not None:
@@ -126,5 +133,11 @@ def kept_at(store: ReplicaSet, manifest: Manifest, part: int, pos: int,
         shard = shard_of_partition(store, manifest, part)
         if shard is None:
             return None
-        return _row(store, manifest, shard, pos - before)
+        kept = pos - before  # its row among the kept, in phase 1's order
+        if order is not None:  # a clustered shard (--cluster-by): where that row went
+            if not 0 <= kept < len(order):
+                raise ValueError(f"{shard.path}: its lineage's order has no row {kept} (a "
+                                 "damaged or crafted drop record)")
+            kept = int(order[kept])
+        return _row(store, manifest, shard, kept)
     return None

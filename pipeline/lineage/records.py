@@ -6,7 +6,8 @@ duplicate duplicates*. Phase 1 writes the first (one line per dropped document: 
 the step and the reason), phase 2 the second (its source, ``duplicate`` or
 ``near_duplicate``, its row in phase 1's rows, and the phase-1 place ``[partition, row]`` of
 the document it duplicates; :mod:`pipeline.lineage.locate` turns that into a doc id). Only
-partitions that left something out get a record.
+partitions that left something out get a record, and those whose shard was ordered by a
+column (``--cluster-by``): their record's ``order`` line says where phase 1's rows went.
 
 The lines are gzip-compressed JSON (no timestamp in the header, so the same drops give the same
 bytes and the same content-addressed name): the sources of one file share a long prefix and
@@ -88,6 +89,13 @@ def dup_line(source: str, kind: str, pos: int, keep_part: int, keep_pos: int
     """A duplicate: its source, kind, phase-1 row, and the phase-1 place of the document it
     duplicates."""
     return {"s": source, "r": kind, "p": pos, "k": [keep_part, keep_pos]}
+
+
+def order_line(rows: Any) -> dict[str, Any]:
+    """A clustered shard's order (``--cluster-by``): ``rows[j]``, the shard row of the
+    ``j``-th document phase 2 kept, in phase 1's order (a duplicate's record names the
+    document it duplicates by its phase-1 row)."""
+    return {"order": [int(r) for r in rows]}
 
 
 def partition_of(path: str) -> int:

@@ -71,6 +71,12 @@ class ShardFlags:
     shard_compression: Annotated[str, Parameter(metavar="CODEC")] = flag(
         DEFAULT_CODEC, "the shards' Parquet codec: 'zstd' (smallest), 'lz4' or 'none' (larger "
         "shards, less of the loader's CPU per token)", manifest=False)
+    # recorded in the manifest when set (PipelineConfig.for_manifest), like the codec
+    cluster_by: Annotated[str, Parameter(metavar="COLUMN")] = flag(
+        "", "order each shard's documents by this column, ascending (a step's signal such as "
+        "'quality.score', or 'lang'), so that a view selecting on it keeps and leaves out "
+        "whole row groups and its loader decodes only what it keeps "
+        "(pipeline/output/cluster.py)", manifest=False)
 
     def check_shards(self) -> None:
         check_codec(self.shard_compression)

@@ -42,6 +42,7 @@ from pipeline.dedup import (
 )
 from pipeline.dedup import signals as dedup_signals
 from pipeline.lineage import records as lineage
+from pipeline.output import cluster
 from pipeline.output.shards import (
     DEFAULT_CODEC,
     ShardWriter,
@@ -323,7 +324,7 @@ def needs_sketches(one: work.PhaseOne | dict[str, Any], p: StageParams) -> bool:
 
 def phase_two(one: work.PhaseOne, run_key: str, store: ReplicaSet, row_group_tokens: int,
               vocab_size: int, picked: shuffle.DropRange | None = None,
-              signals: tuple[str, ...] = ()) -> work.PhaseTwo:
+              signals: tuple[str, ...] = (), cluster_by: str = "") -> work.PhaseTwo:
     """The partition's final shard: phase 1's, linked or copied, or re-encoded without its
     duplicates.
 
@@ -336,6 +337,11 @@ def phase_two(one: work.PhaseOne, run_key: str, store: ReplicaSet, row_group_tok
     (:func:`pipeline.dedup.shuffle.pick_notes`): the shard is then re-encoded even where it lost no
     row.
 
+    ``cluster_by`` (``--cluster-by``): the shard is re-encoded with its rows ordered by that
+    column (:mod:`pipeline.output.cluster`); the partition's duplicates record then also says
+    where each phase-1 row went (:func:`pipeline.lineage.records.order_line`), so ``trace``
+    still finds the document a duplicate duplicates.
+
     Either way the bytes are what encoding the surviving rows gives, so they do not depend on
     whether a partition lost rows in this run or in which order things happened.
     """
@@ -344,8 +350,9 @@ def phase_two(one: work.PhaseOne, run_key: str, store: ReplicaSet, row_group_tok
     drops = shuffle.pick(store, picked) if picked is not None else np.zeros(0, dtype=DROP)
     shard, duplicates, same_as, added = None, {}, None, {}
     left_out: list[str] = []  # the duplicates' sources, in position order (lineage)
+    placed: list[np.ndarray] = []  # with cluster_by: each surviving row's place (lineage)
     if one.shard is not None:
-        if not len(drops) and not signals:
+        if not len(drops) and not signals and not cluster_by:
             # Verified on the way: a damaged work file must not become a shard. The verified
             # work file itself becomes the shard where the store can link it.
             data = scratch.get(work.rows_path(one.key), sha256=one.shard.sha256)
@@ -360,7 +367,7 @@ def phase_two(one: work.PhaseOne, run_key: str, store: ReplicaSet, row_group_tok
                          else np.zeros(0, dtype=dedup_signals.NOTE))
                 extra = dedup_signals.columns(index, one.shard.rows, notes, signals)
             data, shard = _without(scratch, one, drops["pos"], tokens.token_dtype(vocab_size),
-                                   row_group_tokens, extra, left_out)
+                                   row_group_tokens, extra, left_out, cluster_by, placed)
             if shard is not None and extra:
                 added = dict.fromkeys(extra, dedup_signals.TYPE)
         if shard is not None:
@@ -370,7 +377,9 @@ def phase_two(one: work.PhaseOne, run_key: str, store: ReplicaSet, row_group_tok
     record = lineage.put_record(store, index, lineage.DUPS, [
         lineage.dup_line(src, kinds[int(d["kind"])], int(d["pos"]), int(d["keep_part"]),
                          int(d["keep_pos"]))
-        for src, d in zip(left_out, np.sort(drops, order="pos"), strict=True)])
+        for src, d in zip(left_out, np.sort(drops, order="pos"), strict=True)]
+        + [lineage.order_line(p) for p in placed
+           if not np.array_equal(p, np.arange(len(p)))])
     result = work.PhaseTwo(index, shard, duplicates, signals=added, drops=record)
     work.put_json(scratch, work.done2_path(run_key, index), work.marker(result))
     return result
@@ -378,7 +387,8 @@ def phase_two(one: work.PhaseOne, run_key: str, store: ReplicaSet, row_group_tok
 
 def _without(scratch: ReplicaSet, one: work.PhaseOne, dropped: np.ndarray, dtype: np.dtype,
              row_group_tokens: int, extra: dict[str, np.ndarray] | None = None,
-             left_out: list[str] | None = None) -> tuple[bytes, ShardInfo | None]:
+             left_out: list[str] | None = None, cluster_by: str = "",
+             placed: list[np.ndarray] | None = None) -> tuple[bytes, ShardInfo | None]:
     """Phase 1's shard re-encoded without the rows at positions ``dropped``, a row group at a
     time: the bytes :func:`pipeline.output.shards.encode_table` gives on the surviving rows. It
     holds
@@ -390,7 +400,12 @@ def _without(scratch: ReplicaSet, one: work.PhaseOne, dropped: np.ndarray, dtype
     of phase 1's rows, dropped ones included (taken with the kept rows).
 
     ``left_out``: gets the dropped rows' sources (the ``source`` column, else the doc id),
-    in row order, for the lineage's record of duplicates."""
+    in row order, for the lineage's record of duplicates.
+
+    ``cluster_by``: the surviving rows are ordered by that column
+    (:mod:`pipeline.output.cluster`), which holds them all until the shard is written (a
+    partition's rows, not one row group's); ``placed`` then gets, for each surviving row in
+    phase 1's order, its row in the new shard (what the lineage needs to find it)."""
     assert one.shard is not None
     source = pq.ParquetFile(pa.BufferReader(
         scratch.get(work.rows_path(one.key), sha256=one.shard.sha256)))
@@ -404,6 +419,7 @@ def _without(scratch: ReplicaSet, one: work.PhaseOne, dropped: np.ndarray, dtype
                          "a column of --dedup-signals")
     for name in extra:
         schema = schema.append(pa.field(name, pa.int64()))
+    held: list[pa.Table] = []  # with cluster_by: every surviving row, then ordered
     with ShardWriter(dtype, row_group_tokens, schema, shard_codec(source.metadata)) as writer:
         at = 0
         for i in range(source.num_row_groups):
@@ -417,11 +433,20 @@ def _without(scratch: ReplicaSet, one: work.PhaseOne, dropped: np.ndarray, dtype
                 kept = pa.Table.from_arrays(
                     [*kept.columns, *(pa.array(col[at:at + group.num_rows][mask], pa.int64())
                                       for col in extra.values())], schema=schema)
-            writer.add(kept)
+            if cluster_by:
+                held.append(kept)
+            else:
+                writer.add(kept)
             at += group.num_rows
             del group
         source.close()
         del source
+        if held:
+            rows, where = cluster.clustered(pa.concat_tables(held), cluster_by)
+            held.clear()
+            writer.add(rows)
+            if placed is not None:
+                placed.append(where)
         return writer.finish() if writer.rows else (b"", None)
 
 
