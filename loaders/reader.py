@@ -356,12 +356,14 @@ class TokenReader(ProcessLocal):
         ids = tokens.unpack(column, self.index.encoding)
         if self.masks is None:
             return ids
-        keep = self.masks.group(g)
-        if len(keep) != len(column):  # the mask was made for another row group
+        rows = int(self.masks.source_rows[g])
+        if rows != len(column):  # the mask was made for another row group
             raise IndexFormatError(
                 f"{path}: row group {gi} holds {len(column):,} documents where the view's "
-                f"masks say {len(keep):,} (a crafted or damaged view; run `storage verify`)")
-        return kept_tokens(ids, tokens.lengths(column, self.index.encoding), keep)
+                f"masks say {rows:,} (a crafted or damaged view; run `storage verify`)")
+        if self.masks.whole[g]:  # kept whole (a clustered source's, mostly): no mask
+            return ids
+        return kept_tokens(ids, tokens.lengths(column, self.index.encoding), self.masks.group(g))
 
     def _footer_files(self, shard: int, size: int, pieces: list[tuple[int, int, str, Any]],
                       fetched: dict[int, Any], placed: dict[int, tuple[Any, int]],

@@ -22,6 +22,7 @@ source. Everything here is pure: bytes in, arrays out.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -182,6 +183,13 @@ class Masks:
         raw = self.bits[int(self.ends[g]):int(self.ends[g + 1])]
         return np.unpackbits(raw, bitorder="little", count=int(self.source_rows[g])
                              ).astype(bool)
+
+    @functools.cached_property
+    def whole(self) -> np.ndarray:
+        """Per row group: does the view keep every one of its documents? (A view of a
+        source clustered by the column it selects on keeps most row groups whole: a reader
+        then takes the decoded tokens as they are, with no mask to unpack.)"""
+        return self.kept_rows() == self.source_rows.astype(np.int64)
 
     def kept_rows(self) -> np.ndarray:
         """Documents kept per row group (int64)."""
