@@ -49,11 +49,14 @@ BATCH = 8
 
 
 def build_source(root: Path, n_tokens: int, seed: int = 0,
-                 compression: str = "zstd") -> dict[str, Any]:
+                 compression: str = "zstd", cluster_by: str = "") -> dict[str, Any]:
     """The source dataset: the pipeline's shard layout and index, with signal columns;
-    ``compression``: the shards' codec (``pipeline.output.shards.SHARD_CODECS``)."""
+    ``compression``: the shards' codec (``pipeline.output.shards.SHARD_CODECS``);
+    ``cluster_by``: each shard's documents ordered by that column, as ``pipeline run
+    --cluster-by`` orders them (:func:`pipeline.output.cluster.clustered`)."""
     import pyarrow as pa
 
+    from pipeline.output.cluster import clustered
     from pipeline.output.shards import ShardWriter, schema_description, shard_table, token_column
     from pipeline.tasks import tokenizing
     from storage import MANIFEST, TOKENIZER, Manifest, ReplicaSet, TokenizerInfo
@@ -79,6 +82,8 @@ def build_source(root: Path, n_tokens: int, seed: int = 0,
                              "quality.score": pa.array(rng.random(len(chunk))),
                              "lang": pa.array(np.where(rng.random(len(chunk)) < 0.5, "en",
                                                        "de"))})
+        if cluster_by:
+            table = clustered(table, cluster_by)[0]
         path = f"shards/part-{i:05d}.parquet"
         # schema=None: the table's columns
         with ShardWriter(dtype, 256 * 1024, schema=None, compression=compression) as writer:
