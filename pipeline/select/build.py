@@ -79,14 +79,25 @@ class SelectSummary:
     of_tokens: int
     own_bytes: int
     source_bytes: int
+    #: row groups the view keeps something of, and of those, the ones it keeps only part of
+    #: (each read and decoded whole for that part)
+    read_groups: int = 0
+    split_groups: int = 0
 
     def render(self) -> str:
         share = self.documents / self.of_documents if self.of_documents else 0.0
         own = self.own_bytes / self.source_bytes if self.source_bytes else 0.0
-        return (f"selected {self.documents:,} of {self.of_documents:,} documents ({share:.1%}), "
-                f"{self.tokens:,} of {self.of_tokens:,} tokens, where {self.where}\n"
-                f"view {self.output}: {self.own_bytes:,} bytes of its own ({own:.3%} of the "
-                f"source's {self.source_bytes:,}); no token copied")
+        out = (f"selected {self.documents:,} of {self.of_documents:,} documents ({share:.1%}), "
+               f"{self.tokens:,} of {self.of_tokens:,} tokens, where {self.where}\n"
+               f"view {self.output}: {self.own_bytes:,} bytes of its own ({own:.3%} of the "
+               f"source's {self.source_bytes:,}); no token copied\n"
+               f"reads {self.read_groups:,} row groups, {self.split_groups:,} of them split")
+        if self.split_groups > max(1, self.read_groups // 4):
+            out += ("\nnote: the documents it keeps are spread over the source's row groups, "
+                    "and its loader decodes each of those whole for the part it keeps; a "
+                    "source written with `pipeline run --cluster-by COLUMN`, on a column the "
+                    "view selects on, keeps whole row groups instead")
+        return out
 
 
 def arrow_schema(manifest: Manifest) -> dict[str, pa.DataType]:
@@ -334,7 +345,8 @@ def select(src: ReplicaSet, where: str, dst: ReplicaSet, *, log: TextIO | None =
     return SelectSummary(dst.url, text, int(kept_rows.sum()), int(rows.sum()),
                          int(kept_tokens.sum()), int(toks.sum()),
                          len(masks_data) + len(index_data) + len(manifest.to_json()),
-                         counts.bytes)
+                         counts.bytes, int((kept_rows > 0).sum()),
+                         int(((kept_rows > 0) & ~masks.whole).sum()))
 
 
 def view_replicas(src: ReplicaSet, output: str,

@@ -171,16 +171,21 @@ def _partial_groups(view: Path) -> tuple[int, int]:
 def test_a_view_on_the_column_keeps_and_leaves_out_whole_row_groups(
         both: tuple[Path, Path]) -> None:
     where = f'"{COLUMN}" >= 12'
-    views = []
+    views, said = [], []
     for ds in both:
         view = ds.parent / "long"
-        select(ReplicaSet.from_urls([str(ds)]), where, ReplicaSet.from_urls([str(view)]),
-               progress=False, card=False)
+        summary = select(ReplicaSet.from_urls([str(ds)]), where,
+                         ReplicaSet.from_urls([str(view)]), progress=False, card=False)
         views.append(view)
+        said.append(summary)
     partial_plain, groups = _partial_groups(views[0])
     partial_clustered, _ = _partial_groups(views[1])
     assert partial_clustered <= 2  # one boundary a shard at most
     assert partial_plain > groups // 2  # at random: most row groups split
+    # select says so, and points at --cluster-by where most row groups are split
+    assert [s.split_groups for s in said] == [partial_plain, partial_clustered]
+    assert said[1].read_groups < said[0].read_groups <= groups
+    assert "--cluster-by" in said[0].render() and "--cluster-by" not in said[1].render()
     # the same documents either way
     rows = [_exported(v) for v in views]
     assert sorted(rows[0].column("doc_id").to_pylist()) == \
