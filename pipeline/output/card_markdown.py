@@ -258,7 +258,7 @@ def _recipe(f: Figures) -> list[str]:
                                    sorted(entry.items(), key=_recipe_order)), ""]
         out[-1:] = ["```", ""]
     keys = ("dedup", "near_dup", "near_dup_threshold", "dedup_signals", "tokenizer",
-            "row_group_tokens", "shard_compression")
+            "row_group_tokens", "shard_compression", "cluster_by")
     rows = [[f"`{k}`", f"`{code(json.dumps(f.config[k])).replace('|', '/')}`"]
             for k in keys if k in f.config]
     if rows:
