@@ -39,6 +39,7 @@ from pipeline.config_field import NOT_A_FLAG, flag
 from pipeline.dedup import signals as dedup_signals
 from pipeline.dedup.flags import DedupFlags
 from pipeline.driver.carbon import CarbonFlags
+from pipeline.driver.worker_checks import WORKER_TTL_S
 from pipeline.output import cluster
 from pipeline.output.shards import DEFAULT_CODEC, ShardFlags
 from pipeline.planning.plan import PACK_MAX_FILES
@@ -58,6 +59,9 @@ from pipeline.web import WebConfig, parse_filter_options, parse_filters
 from pipeline.web.langid import check_languages
 from storage import ReplicaSet, display_url
 from storage.io.lease_record import positive_seconds
+
+#: --worker-ttl's bounds: Dask's default (5 min) at most; heartbeats come every ~1 s
+MIN_WORKER_TTL_S, MAX_WORKER_TTL_S = 5.0, 300.0
 
 DEFAULT_OUTPUT = "data/shakespeare"
 
@@ -120,8 +124,16 @@ class ExecutionFlags:
                                   "dashboard (':0' picks a free port)", manifest=False)
     retries: int = flag(2, "times Dask retries a failed task (a lost worker's tasks are "
                         "rescheduled anyway)", manifest=False)
+    worker_ttl: Annotated[float, Parameter(metavar="SECONDS")] = flag(
+        WORKER_TTL_S, "seconds the LocalCluster's scheduler waits for a silent (hung) "
+        "worker's heartbeat before it drops the worker and reruns its tasks elsewhere; it "
+        "checks every TTL, so a hung worker goes within twice this", manifest=False)
 
     def check_execution(self) -> None:
+        positive_seconds("--worker-ttl", self.worker_ttl, MAX_WORKER_TTL_S)
+        if self.worker_ttl < MIN_WORKER_TTL_S:  # heartbeats come every ~1 s; a busy loop lags
+            raise ValueError(f"--worker-ttl must be at least {MIN_WORKER_TTL_S:g} seconds, "
+                             f"not {self.worker_ttl:g}: a busy worker's heartbeat can lag that")
         if isinstance(self.adapt, str):  # given in Python as text: the flag's grammar
             try:
                 self.adapt = min_max(self.adapt)

@@ -23,7 +23,7 @@ import dask
 from distributed import Client, LocalCluster, Nanny
 from distributed.deploy.adaptive import Adaptive
 
-from pipeline.driver.worker_checks import WORKER_TTL
+from pipeline.driver.worker_checks import WORKER_TTL, WORKER_TTL_S
 from pipeline.driver.worker_setup import ImportGuard
 
 
@@ -77,7 +77,8 @@ QUIET_HOUSEKEEPING = {
 
 #: A hung worker (SIGSTOP, a stuck read) keeps its sockets open: its scheduler drops it after
 #: this long without a heartbeat instead of Dask's 5 min (see :mod:`pipeline.driver.worker_checks`).
-LIVENESS = {"distributed.scheduler.worker-ttl": WORKER_TTL}
+LIVENESS_KEY = "distributed.scheduler.worker-ttl"
+LIVENESS = {LIVENESS_KEY: WORKER_TTL}
 
 #: How long a worker that its scheduler still knows gets to close at the end of a run, before
 #: its nanny kills it: Dask's nanny allows 4 s (of a 5 s timeout), which a loaded 2-core machine
@@ -118,12 +119,14 @@ def _environ_kept(names: tuple[str, ...]) -> Iterator[None]:
 @contextlib.contextmanager
 def dask_client(n_workers: int, scheduler: str | None = None,
                 dashboard_address: str = "127.0.0.1:8787", tokenizer_threads: int = 1,
-                adapt: tuple[int, int] | None = None) -> Iterator[Client]:
+                adapt: tuple[int, int] | None = None,
+                worker_ttl_s: float = WORKER_TTL_S) -> Iterator[Client]:
     """Yield a connected client; a LocalCluster we started is closed on exit.
 
     The LocalCluster binds the scheduler, the workers and the dashboard to 127.0.0.1: a
     dashboard shows file names and code, so it is not for the whole network unless asked.
     With ``adapt=(lo, hi)`` it starts ``max(lo, 1)`` workers and lets Dask scale in between.
+    ``worker_ttl_s``: how long its scheduler waits for a silent worker (:data:`LIVENESS`).
     Every worker, also one that joins later, runs :class:`ImportGuard` before its first task;
     one that cannot import Shardflow raises ``WorkerImportError`` here.
     """
@@ -134,7 +137,8 @@ def dask_client(n_workers: int, scheduler: str | None = None,
         return
     logging.getLogger("distributed").setLevel(logging.WARNING)
     start = max(adapt[0], 1) if adapt else n_workers
-    with _environ_kept(NANNY_WRITES), dask.config.set({**QUIET_HOUSEKEEPING, **LIVENESS}), \
+    with _environ_kept(NANNY_WRITES), dask.config.set({**QUIET_HOUSEKEEPING, **LIVENESS,
+                                                  LIVENESS_KEY: f"{worker_ttl_s:g}s"}), \
             LocalCluster(n_workers=start, threads_per_worker=1, processes=True,
                          host="127.0.0.1", dashboard_address=dashboard_address,
                          worker_dashboard_address=None, env=worker_env(tokenizer_threads),

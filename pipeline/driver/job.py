@@ -594,7 +594,7 @@ def _run(cfg: PipelineConfig, store: ReplicaSet, lease: ReplicaLeases, log: Text
               f"{', '.join(empty[:5])}{', ...' if len(empty) > 5 else ''}", file=log)
 
     with dask_client(cfg.n_workers, cfg.scheduler, cfg.dashboard_address,
-                     cfg.tokenizer_threads, cfg.adapt_range) as client, \
+                     cfg.tokenizer_threads, cfg.adapt_range, cfg.worker_ttl) as client, \
             watch(client, log, external=bool(cfg.scheduler)):  # a line per hung or lost worker
         dashboard = client.dashboard_link
         n = len(client.scheduler_info(n_workers=-1).get("workers", {}))

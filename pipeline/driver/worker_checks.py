@@ -3,7 +3,8 @@
 **Hung workers.** A worker that dies closes its connections and Dask reschedules its tasks at
 once. One that hangs (SIGSTOP, a stuck NFS read, a frozen VM) keeps its sockets open: only its
 missing heartbeats tell, and Dask waits ``distributed.scheduler.worker-ttl`` (5 min by
-default) before it gives up on it. The LocalCluster we start uses :data:`WORKER_TTL`; the
+default) before it gives up on it. The LocalCluster we start uses :data:`WORKER_TTL`
+(``--worker-ttl``); the
 scheduler checks every TTL, so a hung worker is dropped 20-40 s after its last heartbeat (with
 a nanny, the nanny kills and restarts the process; its tasks run elsewhere either way). A
 nanny does not heartbeat for its worker: stopping only the worker process is noticed the same
@@ -39,8 +40,10 @@ from pipeline.records import InputError
 from storage import display_url, resolve
 
 #: how long the scheduler of a LocalCluster we start waits for a silent worker's heartbeat
-#: (Dask's default is 5 min); it checks every TTL, so a hung worker goes within 2 x TTL
-WORKER_TTL = "20s"
+#: (Dask's default is 5 min; ``pipeline run --worker-ttl``); it checks every TTL, so a hung
+#: worker goes within 2 x TTL
+WORKER_TTL_S = 20.0
+WORKER_TTL = f"{WORKER_TTL_S:g}s"
 #: an external scheduler whose worker-ttl is longer (or off) gets a warning line
 MAX_TTL_S = 60.0
 #: the probe opens the first file of at most this many input folders ...

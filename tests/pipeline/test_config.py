@@ -116,3 +116,10 @@ def test_packing_is_recorded_only_when_not_the_default() -> None:
     keys hash this record), and a run that asked for other packing says so."""
     assert "files_per_partition" not in PipelineConfig().for_manifest()
     assert PipelineConfig(files_per_partition=1).for_manifest()["files_per_partition"] == 1
+
+
+@pytest.mark.parametrize("ttl", [2, 0, -1, float("nan"), float("inf"), 301])
+def test_a_worker_ttl_out_of_bounds_is_an_error_naming_the_flag(ttl: float) -> None:
+    with pytest.raises(ValueError, match="--worker-ttl"):
+        PipelineConfig(inputs=["x"], output="/tmp/out", worker_ttl=ttl)
+    assert PipelineConfig(inputs=["x"], output="/tmp/out", worker_ttl=5).worker_ttl == 5

@@ -28,11 +28,14 @@ def test_workers_get_the_quiet_housekeeping_and_tokenizer_pool_settings(
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setenv("PYTHONHASHSEED", "123")
     before = {k: os.environ.get(k) for k in NANNY_WRITES}
-    with dask_client(2, dashboard_address="127.0.0.1:0", tokenizer_threads=1) as client:
+    with dask_client(2, dashboard_address="127.0.0.1:0", tokenizer_threads=1,
+                     worker_ttl_s=7.5) as client:
         views = client.run(_worker_view)
         scheduler = client.run_on_scheduler(lambda: dask.config.get("distributed.admin.tick."
                                                                     "interval"))
+        ttl = client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.worker_ttl)
         link = client.dashboard_link
+    assert ttl == 7.5  # --worker-ttl, where the scheduler reads it
     assert len(views) == 2
     for view in views.values():
         # no MALLOC_TRIM_THRESHOLD_ (Dask's nanny sets one by default: phase 1 +8 %)

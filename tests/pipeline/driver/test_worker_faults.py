@@ -112,7 +112,9 @@ def test_a_stopped_worker_is_dropped_named_and_its_partitions_rerun(
     TTL was set the run stalled until the worker was continued (5 min of Dask's default)."""
     out = tmp_path / "ds"
     started = time.monotonic()
-    proc = subprocess.Popen(pipeline_cmd(*_args(corpus, str(out)), "--workers", "2"), cwd=REPO,
+    # --worker-ttl 10 (20 s by default): the drop comes in 10-20 s, and the test sooner
+    proc = subprocess.Popen(pipeline_cmd(*_args(corpus, str(out)), "--workers", "2",
+                                         "--worker-ttl", "10"), cwd=REPO,
                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     victim = None
     try:
@@ -125,7 +127,7 @@ def test_a_stopped_worker_is_dropped_named_and_its_partitions_rerun(
         addresses = _listening(victim)
         victim.send_signal(signal.SIGSTOP)
         stopped = time.monotonic()
-        stdout, stderr = proc.communicate(timeout=150)  # TTL 20 s, checked every 20 s, + redo
+        stdout, stderr = proc.communicate(timeout=150)  # TTL 10 s, checked every 10 s, + redo
         took = time.monotonic() - stopped
     finally:
         if victim is not None:
@@ -139,7 +141,7 @@ def test_a_stopped_worker_is_dropped_named_and_its_partitions_rerun(
     assert any(f"worker tcp://{a} " in warned[0] for a in addresses), (addresses, warned)
     print(warned[0])
     print(f"SIGSTOP run: {time.monotonic() - started:.1f} s in all, {took:.1f} s after the stop")
-    # ~20-40 s to notice, plus the redo and the close (the dropped worker killed after 1 s):
+    # ~10-20 s to notice, plus the redo and the close (the dropped worker killed after 1 s):
     # a stall bound with a loaded 2-core machine's margin, far below Dask's 5 min TTL
     assert took < 140, took
     _assert_identical_local(out, reference)
