@@ -28,7 +28,7 @@ SEQ = 16
 @pytest.fixture(scope="module")
 def view(tmp_path_factory: pytest.TempPathFactory) -> str:
     root = tmp_path_factory.mktemp("loader-views")
-    web = web_views.build(root)
+    web = web_views.build(root, shared=tmp_path_factory)
     out = root / "web-en"
     select(ReplicaSet.from_urls([str(web)]), "lang = 'en'", ReplicaSet.from_urls([str(out)]),
            progress=False)

@@ -23,7 +23,7 @@ STEPS, CHECKPOINT = 8, 4
 @pytest.fixture(scope="module")
 def view(tmp_path_factory: pytest.TempPathFactory) -> str:
     root = tmp_path_factory.mktemp("train-view")
-    web = web_views.build(root)
+    web = web_views.build(root, shared=tmp_path_factory)
     select(ReplicaSet.from_urls([str(web)]), "lang = 'en'",
            ReplicaSet.from_urls([str(root / "web-en")]), progress=False)
     return str(root / "web-en")

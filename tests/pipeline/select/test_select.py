@@ -40,7 +40,7 @@ def _store(path: Path) -> ReplicaSet:
 
 @pytest.fixture(scope="module")
 def web(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return web_views.build(tmp_path_factory.mktemp("views"))
+    return web_views.build(tmp_path_factory.mktemp("views"), shared=tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

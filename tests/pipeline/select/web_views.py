@@ -4,7 +4,12 @@ test writes its views. Shared by the select, loader and gc tests of views."""
 
 from __future__ import annotations
 
+import fcntl
+import os
+import shutil
 from pathlib import Path
+
+import pytest
 
 from pipeline.config import PipelineConfig
 from pipeline.driver.job import run
@@ -30,9 +35,32 @@ TEXTS = {
 }
 
 
-def build(root: Path, docs_per_language: int = 30) -> Path:
+def build(root: Path, docs_per_language: int = 30,
+          shared: pytest.TempPathFactory | None = None) -> Path:
     """``root/web``: a dataset of ``4 * docs_per_language`` documents (about half of them
-    English, then German, French, Spanish), in 3 shards of several row groups each."""
+    English, then German, French, Spanish), in 3 shards of several row groups each.
+
+    ``shared``: the session's temporary-path factory: the dataset (and its ``crawl/``) is
+    then built once per test session, under a lock beside every xdist worker's base folder,
+    and copied into ``root``: four test files use it, and each run of the job took 10-17 s.
+    The copy's manifest names the first build's input paths; ``rebuild`` reads ``root``'s."""
+    if shared is None:
+        return _build(root, docs_per_language)
+    base = shared.getbasetemp()
+    cache = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / \
+        f"web-views-{docs_per_language}"
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{cache}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (cache / "web" / "manifest.json").exists():
+            shutil.rmtree(cache, ignore_errors=True)
+            _build(cache, docs_per_language)
+    shutil.copytree(cache / "crawl", root / "crawl", dirs_exist_ok=True)
+    shutil.copytree(cache / "web", root / "web")
+    return root / "web"
+
+
+def _build(root: Path, docs_per_language: int) -> Path:
     crawl = root / "crawl"
     crawl.mkdir(parents=True, exist_ok=True)
     langs = ["en", "en", "de", "fr", "es", "en"]  # en: half the documents

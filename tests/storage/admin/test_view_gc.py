@@ -36,7 +36,7 @@ def rebuilt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``web`` (version 1), its view ``web-en`` of version 1, then ``web`` rebuilt from two
     of its three inputs (version 2: one shard of version 1 is named by no version but 1)."""
     root = tmp_path_factory.mktemp("gc")
-    web = web_views.build(root)
+    web = web_views.build(root, shared=tmp_path_factory)
     select(_store(web), "lang = 'en'", _store(root / "web-en"), progress=False)
     web_views.rebuild(root)
     return root
