@@ -105,7 +105,7 @@ def dups_record(store: ReplicaSet, drops: Sequence[ObjectInfo], part: int
     for obj in drops:
         if records.partition_of(obj.path) == part and records.kind_of(obj.path) == records.DUPS:
             lines = list(records.decode(store.get(obj.path, sha256=obj.sha256), obj.path))
-            order = next((line["order"] for line in lines if "order" in line), None)
+            order = records.order_of(lines, obj.path)
             return ([line for line in lines if "order" not in line],
                     None if order is None else np.asarray(order, dtype=np.int64))
     return [], None
@@ -134,10 +134,14 @@ def kept_at(store: ReplicaSet, manifest: Manifest, part: int, pos: int,
         if shard is None:
             return None
         kept = pos - before  # its row among the kept, in phase 1's order
+        rows = sum(g.rows for g in shard.row_groups)
         if order is not None:  # a clustered shard (--cluster-by): where that row went
-            if not 0 <= kept < len(order):
-                raise ValueError(f"{shard.path}: its lineage's order has no row {kept} (a "
-                                 "damaged or crafted drop record)")
-            kept = int(order[kept])
+            if len(order) != rows:
+                raise ValueError(f"{shard.path}: its lineage orders {len(order):,} rows, the "
+                                 f"shard holds {rows:,} (a damaged or crafted drop record)")
+            kept = int(order[kept]) if 0 <= kept < rows else kept
+        if not 0 <= kept < rows:
+            raise ValueError(f"{shard.path} has no row {kept} (a damaged or crafted drop "
+                             "record)")
         return _row(store, manifest, shard, kept)
     return None

@@ -98,6 +98,21 @@ def order_line(rows: Any) -> dict[str, Any]:
     return {"order": [int(r) for r in rows]}
 
 
+def order_of(lines: list[dict[str, Any]], name: str = "drop record") -> list[int] | None:
+    """The ``order`` line's rows among a duplicates record's ``lines`` (``None``: none, the
+    shard keeps phase 1's order). A record is input from outside: anything but a list of
+    distinct row numbers is a ``ValueError`` naming ``name``."""
+    order = next((line["order"] for line in lines if "order" in line), None)
+    if order is None:
+        return None
+    if not isinstance(order, list) or not all(
+            type(r) is int and 0 <= r < len(order) for r in order) \
+            or len(set(order)) != len(order):
+        raise ValueError(f"{name}: its order line is not a permutation of row numbers (a "
+                         "damaged or crafted drop record)")
+    return order
+
+
 def partition_of(path: str) -> int:
     """The partition index in a record's (or shard's, or quarantine file's) name."""
     stem = path.rpartition("/")[2]

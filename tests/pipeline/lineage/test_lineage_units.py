@@ -169,3 +169,19 @@ def test_the_step_and_reason_of_a_drop_are_known_in_the_worker_and_in_isolation(
             assert steps(Document("b", "A sentence long enough to be kept.")) is not None
     finally:
         isolated.close()
+
+
+@pytest.mark.parametrize("order", ["abc", [[1]], [0, 0], [0, 2], [-1, 0], [0.0, 1], [True, 0],
+                                   {"0": 1}, None])
+def test_a_crafted_order_line_is_one_error_naming_the_record(order: object) -> None:
+    lines = [{"s": "a.txt:1", "r": "duplicate", "p": 0, "k": [1, 0]}, {"order": order}]
+    if order is None:  # no such line: phase 1's order
+        assert records.order_of(lines[:1], "lineage/x") is None
+        return
+    with pytest.raises(ValueError, match="lineage/x: its order line"):
+        records.order_of(lines, "lineage/x")
+
+
+def test_an_order_line_is_read_back() -> None:
+    lines = [records.order_line(np.array([2, 0, 1]))]
+    assert records.order_of(lines, "x") == [2, 0, 1]
