@@ -160,7 +160,7 @@ def test_placed_pieces_sit_at_their_offsets_in_a_sparse_shard_file(tmp_path: Pat
     # Bytes that are not the piece (rot) are corruption, and a write puts the piece back.
     with open(cache.path(shard), "r+b") as fh:
         fh.seek(offset + 7)
-        fh.write(b"\xff")
+        fh.write(bytes([piece[7] ^ 0xFF]))  # another byte (a fixed one was the piece's 1/256)
     assert cache.get_placed(shard, size, offset, offset + len(piece), key) is None
     assert cache.corrupt == 1
     cache.put_placed(shard, size, offset, piece)
