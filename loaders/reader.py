@@ -361,7 +361,7 @@ class TokenReader(ProcessLocal):
             raise IndexFormatError(
                 f"{path}: row group {gi} holds {len(column):,} documents where the view's "
                 f"masks say {rows:,} (a crafted or damaged view; run `storage verify`)")
-        if self.masks.whole[g]:  # kept whole (a clustered source's, mostly): no mask
+        if self.masks.keeps_all(g):  # kept whole (a clustered source's, mostly): no mask
             return ids
         return kept_tokens(ids, tokens.lengths(column, self.index.encoding), self.masks.group(g))
 

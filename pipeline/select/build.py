@@ -346,7 +346,7 @@ def select(src: ReplicaSet, where: str, dst: ReplicaSet, *, log: TextIO | None =
                          int(kept_tokens.sum()), int(toks.sum()),
                          len(masks_data) + len(index_data) + len(manifest.to_json()),
                          counts.bytes, int((kept_rows > 0).sum()),
-                         int(((kept_rows > 0) & ~masks.whole).sum()))
+                         int(((kept_rows > 0) & (kept_rows < rows)).sum()))
 
 
 def view_replicas(src: ReplicaSet, output: str,

@@ -22,7 +22,6 @@ source. Everything here is pure: bytes in, arrays out.
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -184,12 +183,18 @@ class Masks:
         return np.unpackbits(raw, bitorder="little", count=int(self.source_rows[g])
                              ).astype(bool)
 
-    @functools.cached_property
-    def whole(self) -> np.ndarray:
-        """Per row group: does the view keep every one of its documents? (A view of a
-        source clustered by the column it selects on keeps most row groups whole: a reader
-        then takes the decoded tokens as they are, with no mask to unpack.)"""
-        return self.kept_rows() == self.source_rows.astype(np.int64)
+    def keeps_all(self, g: int) -> bool:
+        """Does the view keep every document of row group ``g``? (A view of a source
+        clustered by the column it selects on keeps most row groups whole: a reader then
+        takes the decoded tokens as they are, with no mask to unpack.) From the group's own
+        bytes of bits, a few dozen: nothing the size of the masks is made, in a loader's
+        every process."""
+        raw = self.bits[int(self.ends[g]):int(self.ends[g + 1])]
+        if not len(raw):
+            return True  # no documents: all of none
+        rest = int(self.source_rows[g]) % 8  # bits used in the last byte (0: all 8)
+        last = 0xFF if rest == 0 else (1 << rest) - 1
+        return bool(raw[-1] == last and np.all(raw[:-1] == 0xFF))
 
     def kept_rows(self) -> np.ndarray:
         """Documents kept per row group (int64)."""
