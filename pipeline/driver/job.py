@@ -176,8 +176,7 @@ def build_manifest(cfg: PipelineConfig, tok: tokenizing.TokenizerSpec,
         stats["signals"] = {name: {"type": kind, "step": name.partition(".")[0]}
                             for name, kind in signals.items()}
     config = cfg.for_manifest()
-    metadata = cfg.web_config is not None and cfg.web_config.metadata
-    sources = cfg.read_options.id_field is not None and not metadata  # a source column
+    metadata, sources = _id_columns(cfg)
     record = {} if inputs is None else provenance.lineage(
         config.get("steps", []), {"name": tok.name, "sha256": tok.sha256,
                                   "vocab_size": tok.vocab_size},
@@ -497,14 +496,18 @@ def _phase_two_at(key: str, run_key: str, store: ReplicaSet, row_group_tokens: i
                      drop, signals, cluster_by)
 
 
+def _id_columns(cfg: PipelineConfig) -> tuple[bool, bool]:
+    """Does a run write the web metadata columns (web inputs or a language filter), and a
+    ``source`` column of its own (``--id-field`` without them)?"""
+    metadata = cfg.web_config is not None and cfg.web_config.metadata
+    return metadata, cfg.read_options.id_field is not None and not metadata
+
+
 def _fixed_columns(cfg: PipelineConfig, dedup_columns: Sequence[str]) -> list[str]:
-    """The columns a run's shards have besides the steps' signals: the web metadata (with
-    web inputs or a language filter), ``source`` (with ``--id-field``), dedup's."""
-    web = cfg.web_config
-    out = list(META_COLUMNS) if web is not None and web.metadata else []
-    if cfg.read_options.id_field is not None and not out:
-        out.append("source")
-    return [*out, *dedup_columns]
+    """The columns a run's shards have besides the steps' signals and the doc id."""
+    metadata, sources = _id_columns(cfg)
+    return [*(META_COLUMNS if metadata else ()), *(["source"] if sources else []),
+            *dedup_columns]
 
 
 def _phase_two_each_at(keys: list[str], run_key: str, store: ReplicaSet,

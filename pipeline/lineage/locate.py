@@ -135,13 +135,13 @@ def kept_at(store: ReplicaSet, manifest: Manifest, part: int, pos: int,
             return None
         kept = pos - before  # its row among the kept, in phase 1's order
         rows = sum(g.rows for g in shard.row_groups)
+        if not 0 <= kept < rows:
+            raise ValueError(f"{shard.path} has no row {kept} (a damaged or crafted drop "
+                             "record)")
         if order is not None:  # a clustered shard (--cluster-by): where that row went
             if len(order) != rows:
                 raise ValueError(f"{shard.path}: its lineage orders {len(order):,} rows, the "
                                  f"shard holds {rows:,} (a damaged or crafted drop record)")
-            kept = int(order[kept]) if 0 <= kept < rows else kept
-        if not 0 <= kept < rows:
-            raise ValueError(f"{shard.path} has no row {kept} (a damaged or crafted drop "
-                             "record)")
+            kept = int(order[kept])  # a permutation of the rows (records.order_of)
         return _row(store, manifest, shard, kept)
     return None

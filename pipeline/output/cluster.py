@@ -22,8 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-#: the columns a shard may be clustered by besides the steps' signals (web metadata,
-#: ``source``, the doc id)
+#: the column every shard has besides ``input_ids`` (the run's others, web metadata,
+#: ``source`` and dedup's, are the callers' to name)
 ALWAYS = ("doc_id",)
 
 
